@@ -1,0 +1,1 @@
+"""Click commands: parse options, call one library function, render the result."""

@@ -1,0 +1,162 @@
+"""The root `tpuctl` group: lazy command loading and the one error boundary that sets exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from tpuctl import __version__
+from tpuctl.cli.context import FORMATS, AppContext, to_json
+from tpuctl.errors import ExitCode, TpuctlError
+
+# name -> (module, attribute, one-line help). Modules are imported only when the command runs,
+# so `tpuctl --help` never imports grpc, google.cloud, paramiko or rich.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "validate": ("tpuctl.cli.spec_commands", "validate", "Check a job spec; exit 2 on any mistake."),
+    "render": (
+        "tpuctl.cli.spec_commands",
+        "render",
+        "Print what create would send: request, startup script or gcloud line.",
+    ),
+    "plan": (
+        "tpuctl.cli.spec_commands",
+        "plan",
+        "Slices, VMs, chips, parallelism and checkpoint-interval arithmetic for a spec.",
+    ),
+    "spec": ("tpuctl.cli.spec_commands", "spec_group", "Spec utilities (JSON Schema)."),
+    "emulator": (
+        "tpuctl.cli.emulator_commands",
+        "emulator_group",
+        "Run and drive the local Cloud TPU emulator.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module = importlib.import_module(entry[0])
+        command = getattr(module, entry[1])
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text from the registry, so listing commands imports none of them.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tpuctl")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    default="table",
+    envvar="TPUCTL_FORMAT",
+    show_default=True,
+    help="Output format: a table for people, json or yaml for scripts.",
+)
+@click.option("--debug", is_flag=True, default=False, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, output_format: str, debug: bool) -> None:
+    """Orchestrate Google Cloud TPU Queued Resources from one YAML job spec.
+
+    Exit codes: 0 ok, 1 error, 2 invalid usage or spec, 3 a command failed on some workers,
+    4 deadline passed, 5 not found, 6 the queued resource FAILED, 7 preempted or suspended,
+    8 authentication or permission, 10 workers unreachable, 130 interrupted.
+    """
+    ctx.obj = AppContext(output=output_format, debug=debug)  # type: ignore[arg-type]
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """The output mode for errors raised before (or while) options were parsed."""
+    for index, arg in enumerate(argv):
+        if arg == "--format" and index + 1 < len(argv):
+            return argv[index + 1] in ("json", "yaml")
+        if arg.startswith("--format="):
+            return arg.split("=", 1)[1] in ("json", "yaml")
+    return os.environ.get("TPUCTL_FORMAT") in ("json", "yaml")
+
+
+def _report(error: TpuctlError, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(to_json({"error": error.to_dict()}) + "\n")
+        sys.stdout.flush()
+    sys.stderr.write(f"error: {error.one_line()}\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and map every outcome to a documented exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = _wants_json(args)
+    debug = "--debug" in args
+    code = run(args, as_json=as_json, debug=debug)
+    sys.exit(code)
+
+
+def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
+    """The error boundary: library errors become one line (or a JSON object) and an exit code."""
+    try:
+        cli.main(args=args, prog_name="tpuctl", standalone_mode=False)
+    except TpuctlError as error:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        _report(error, as_json)
+        return int(error.exit_code)
+    except click.exceptions.Abort:
+        sys.stderr.write("interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except click.ClickException as error:
+        _report(_from_click(error), as_json)
+        return int(ExitCode.USAGE)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # `tpuctl … | head`: the reader left; not an error of ours.
+        _silence_stdout()
+        return int(ExitCode.OK)
+    except Exception as error:  # the boundary: never a traceback unless asked
+        if debug:
+            raise
+        internal = TpuctlError(
+            f"internal error: {type(error).__name__}: {error}",
+            hint="rerun with --debug for the traceback and report it",
+        )
+        _report(internal, as_json)
+        return int(ExitCode.ERROR)
+    return int(ExitCode.OK)
+
+
+def _from_click(error: click.ClickException) -> TpuctlError:
+    from tpuctl.errors import UsageError
+
+    message = error.format_message()
+    context: Any = getattr(error, "ctx", None)
+    hint = f"see '{context.command_path} --help'" if context is not None else None
+    return UsageError(message, hint=hint)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass

@@ -1,0 +1,85 @@
+"""Shared click options, declared once and stacked on commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from tpuctl.cli.context import FORMATS, AppContext
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def app_context() -> AppContext:
+    """The AppContext built by the root group (or a default one when a command runs alone)."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if not isinstance(root.obj, AppContext):
+        root.obj = AppContext()
+    return root.obj
+
+
+def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        app = ctx.find_root().obj
+        if isinstance(app, AppContext):
+            app.output = value  # type: ignore[assignment]
+    return value
+
+
+def output_option(func: F) -> F:
+    """`--format` on a subcommand too (`tpuctl status X --format json`), same as the global one."""
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(FORMATS),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_format,
+        help="Output format: a table for people, json or yaml for scripts.",
+    )(func)
+
+
+def spec_argument(func: F) -> F:
+    return click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))(func)
+
+
+def set_option(func: F) -> F:
+    """`--set path=value` overrides, typed like YAML; repeatable."""
+    return click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="PATH=VALUE",
+        help="Override one spec key, e.g. --set tpu.slices=4 (typed like YAML). Repeatable.",
+    )(func)
+
+
+def project_zone_options(func: F) -> F:
+    func = click.option(
+        "--zone",
+        envvar="TPUCTL_ZONE",
+        default=None,
+        help="Zone (else the spec, CLOUDSDK_COMPUTE_ZONE, the gcloud config).",
+    )(func)
+    return click.option(
+        "--project",
+        envvar="TPUCTL_PROJECT",
+        default=None,
+        help="Project (else the spec, CLOUDSDK_CORE_PROJECT, the gcloud config, ADC).",
+    )(func)
+
+
+def yes_option(func: F) -> F:
+    return click.option(
+        "--yes", "-y", is_flag=True, default=False, help="Do not ask for confirmation."
+    )(func)
+
+
+def dry_run_option(func: F) -> F:
+    return click.option(
+        "--dry-run", is_flag=True, default=False, help="Show what would be sent; send nothing."
+    )(func)

@@ -1,0 +1,1 @@
+"""The Cloud TPU API: clients, retries, the queued-resource watcher and recovery."""

@@ -1,0 +1,152 @@
+"""The exception tree and exit codes shared by every layer; only cli/ turns them into exits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in the README and tested one by one."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2  # invalid usage or spec
+    COMMAND_FAILED = 3  # a command failed on some workers
+    DEADLINE = 4  # queueing, provisioning or command deadline passed
+    NOT_FOUND = 5
+    QR_FAILED = 6
+    PREEMPTED = 7  # preempted or suspended
+    AUTH = 8  # authentication or permission
+    UNREACHABLE = 10  # workers unreachable
+    INTERRUPTED = 130
+
+
+class TpuctlError(Exception):
+    """Base of every error tpuctl reports to a user.
+
+    `message` says what failed, `hint` what to do next. `details` holds structured facts
+    (resource name, worker, field) that the JSON error shape exposes to scripts.
+    """
+
+    exit_code: ExitCode = ExitCode.ERROR
+    kind: str = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details: dict[str, Any] = details
+
+    def one_line(self) -> str:
+        """The single line shown to a person."""
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON error shape: {"error": {kind, message, hint, exit_code, ...}}."""
+        body: dict[str, Any] = {
+            "kind": self.kind,
+            "message": self.message,
+            "exit_code": int(self.exit_code),
+        }
+        if self.hint:
+            body["hint"] = self.hint
+        body.update({k: v for k, v in self.details.items() if v is not None})
+        return body
+
+
+class UsageError(TpuctlError):
+    """Bad flags or arguments."""
+
+    exit_code = ExitCode.USAGE
+    kind = "usage"
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """Where a value came from: a file with 1-based line and column, or a `--set` override."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return self.file
+        if self.column is None:
+            return f"{self.file}:{self.line}"
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class SpecError(TpuctlError):
+    """A job spec that cannot be used: `file:line:col: path: what is wrong (the fix)`."""
+
+    exit_code = ExitCode.USAGE
+    kind = "spec"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: SourceLocation | None = None,
+        path: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            hint=hint,
+            file=location.file if location else None,
+            line=location.line if location else None,
+            column=location.column if location else None,
+            path=path,
+        )
+        self.location = location
+        self.path = path
+
+    def one_line(self) -> str:
+        prefix = f"{self.location}: " if self.location else ""
+        field = f"{self.path}: " if self.path else ""
+        return f"{prefix}{field}{super().one_line()}"
+
+
+class NotFoundError(TpuctlError):
+    exit_code = ExitCode.NOT_FOUND
+    kind = "not_found"
+
+
+class AuthError(TpuctlError):
+    exit_code = ExitCode.AUTH
+    kind = "auth"
+
+
+class DeadlineError(TpuctlError):
+    exit_code = ExitCode.DEADLINE
+    kind = "deadline"
+
+
+class QueuedResourceFailed(TpuctlError):
+    exit_code = ExitCode.QR_FAILED
+    kind = "failed"
+
+
+class PreemptedError(TpuctlError):
+    exit_code = ExitCode.PREEMPTED
+    kind = "preempted"
+
+
+class CommandFailedError(TpuctlError):
+    exit_code = ExitCode.COMMAND_FAILED
+    kind = "command_failed"
+
+
+class UnreachableError(TpuctlError):
+    exit_code = ExitCode.UNREACHABLE
+    kind = "unreachable"
+
+
+class Interrupted(TpuctlError):
+    exit_code = ExitCode.INTERRUPTED
+    kind = "interrupted"

@@ -1,0 +1,1 @@
+"""Pure functions from a Spec to what tpuctl sends: the request, the startup script, gcloud."""

@@ -1,0 +1,1 @@
+"""The job spec: typed model, YAML loading with positions, strict keys, JSON Schema."""

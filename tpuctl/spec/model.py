@@ -1,0 +1,105 @@
+"""The typed job spec (`apiVersion: tpuctl/v1`): frozen dataclasses with their defaults.
+
+Loading, validation and source positions live in `tpuctl.spec.load`; this module only says what
+a valid spec is made of, so render/ and cloud/ can depend on it without YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+API_VERSION = "tpuctl/v1"
+
+Tier = Literal["spot", "reserved", "on-demand", "best-effort"]
+TIERS: tuple[Tier, ...] = ("spot", "reserved", "on-demand", "best-effort")
+
+Framework = Literal["maxtext", "pax", "orbax", "custom"]
+FRAMEWORKS: tuple[Framework, ...] = ("maxtext", "pax", "orbax", "custom")
+
+# A queueing bound: a relative duration ("6h") or an absolute RFC 3339 time.
+TimeBound = timedelta | datetime
+
+
+@dataclass(frozen=True)
+class TpuSpec:
+    """The slices to ask for and the node template every slice shares."""
+
+    accelerator: str  # canonical accelerator type, e.g. "v4-16" or "v5litepod-16"
+    runtime: str
+    # Set when the spec used `type` + `topology` (rendered as accelerator_config).
+    type: str | None = None
+    topology: str | None = None
+    slices: int = 1
+    network: str | None = None
+    subnetwork: str | None = None
+    external_ips: bool = True
+    tags: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+    scopes: tuple[str, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    tier: Tier = "on-demand"
+    reservation: str | None = None  # a name, or projects/P/locations/Z/reservations/NAME
+    valid_until: TimeBound | None = None
+    valid_after: TimeBound | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    dir: str | None = None  # gs://bucket/path or a path on the worker
+    autocheckpoint: bool = False
+
+
+@dataclass(frozen=True)
+class ParallelismSpec:
+    """Mesh axes by name (data, fsdp, tensor, …); products are checked against the topology."""
+
+    ici: dict[str, int] = field(default_factory=dict)
+    dcn: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    command: str
+    framework: Framework = "custom"
+    run_name: str = ""  # defaults to the spec name at load time
+    user: str = "tpuctl"
+    workdir: str = "~/job"
+    code: str | None = None  # local directory or gs://…/code.tar.gz
+    setup: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    parallelism: ParallelismSpec | None = None
+
+
+@dataclass(frozen=True)
+class DeadlinesSpec:
+    queue: timedelta | None = None  # WAITING_FOR_RESOURCES / ACCEPTED
+    provision: timedelta | None = None  # PROVISIONING → ACTIVE
+
+
+@dataclass(frozen=True)
+class RecoverySpec:
+    max_preemptions: int = 10
+    max_failures: int = 0
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    tpu: TpuSpec
+    capacity: CapacitySpec = field(default_factory=CapacitySpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    job: JobSpec | None = None
+    deadlines: DeadlinesSpec = field(default_factory=DeadlinesSpec)
+    recovery: RecoverySpec = field(default_factory=RecoverySpec)
+    project: str | None = None
+    zone: str | None = None
+    # Where the spec came from (a path, "<stdin>"), for messages; not rendered.
+    source: str = "<spec>"

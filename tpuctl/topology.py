@@ -1,0 +1,200 @@
+"""The accelerator catalog: "v4-16" → generation, chips, TensorCores, VMs; runtime and mesh checks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+class AcceleratorError(ValueError):
+    """An accelerator type or topology tpuctl does not know; the message lists what it does."""
+
+
+@dataclass(frozen=True)
+class Family:
+    generation: str  # "v4", "v5e", …: the name people use, and the emulator's capacity pool key
+    prefix: str  # the accelerator_type prefix: "v4", "v5litepod", …
+    config_type: str  # AcceleratorConfig.Type name: "V4", "V5LITE_POD", …
+    counts_cores: bool  # True when the number in the type counts TensorCores (2 per chip)
+    sizes: tuple[int, ...] = field(repr=False)  # the numbers accepted after the dash
+    dims: int  # topology dimensions (3 for v4/v5p, 2 otherwise)
+    multislice: bool
+    runtimes: tuple[str, ...]  # runtime versions known to match
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("v2", "v2", "V2", True, (8, 32, 128, 256, 512), 2, False, ("tpu-ubuntu2204-base",)),
+    Family(
+        "v3", "v3", "V3", True, (8, 32, 64, 128, 256, 512, 1024, 2048), 2, False,
+        ("tpu-ubuntu2204-base",),
+    ),
+    Family(
+        "v4", "v4", "V4", True, tuple(range(8, 8192 + 1, 8)), 3, True,
+        ("tpu-ubuntu2204-base", "tpu-vm-v4-base"),
+    ),
+    Family(
+        "v5p", "v5p", "V5P", True, tuple(range(8, 17920 + 1, 8)), 3, True,
+        ("v2-alpha-tpuv5", "tpu-ubuntu2204-base"),
+    ),
+    Family(
+        "v5e", "v5litepod", "V5LITE_POD", False, (1, 4, 8, 16, 32, 64, 128, 256), 2, True,
+        ("v2-alpha-tpuv5-lite",),
+    ),
+    Family(
+        "v6e", "v6e", "V6E", False, (1, 4, 8, 16, 32, 64, 128, 256), 2, True,
+        ("v2-alpha-tpuv6e",),
+    ),
+)  # fmt: skip
+
+_BY_PREFIX = {family.prefix: family for family in FAMILIES}
+# Names a person may write for a family in `type:` (gcloud's and the API's spellings).
+_TYPE_ALIASES = {
+    **{family.prefix: family for family in FAMILIES},
+    **{family.config_type.lower(): family for family in FAMILIES},
+    "v5e": _BY_PREFIX["v5litepod"],
+    "v5lite": _BY_PREFIX["v5litepod"],
+}
+MAX_SLICES = 256
+
+
+def known_families() -> str:
+    """Human list of accepted forms, for error messages."""
+    return ", ".join(f"{family.prefix}-N" for family in FAMILIES)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One slice of a given accelerator type."""
+
+    family: Family
+    accelerator_type: str  # canonical, e.g. "v4-16"
+    chips: int  # per slice
+    tensorcores: int  # per slice
+    vms: int  # TPU VMs (workers) per slice
+    chips_per_vm: int
+    topology: str  # e.g. "2x2x2"
+
+    @property
+    def generation(self) -> str:
+        return self.family.generation
+
+    @property
+    def supports_multislice(self) -> bool:
+        return self.family.multislice
+
+    def totals(self, slices: int) -> dict[str, int]:
+        """Counts across `slices` slices of this type."""
+        return {
+            "slices": slices,
+            "vms": self.vms * slices,
+            "chips": self.chips * slices,
+            "tensorcores": self.tensorcores * slices,
+        }
+
+
+def parse_accelerator(text: str) -> Accelerator:
+    """`"v4-16"` or `"v5litepod-16"` → Accelerator; AcceleratorError when unknown."""
+    prefix, dash, number = text.strip().lower().rpartition("-")
+    family = _BY_PREFIX.get(prefix) if dash else None
+    if family is None or not number.isdigit():
+        raise AcceleratorError(
+            f"unknown accelerator type {text!r}; known families: {known_families()}"
+        )
+    size = int(number)
+    if size not in family.sizes:
+        raise AcceleratorError(
+            f"{text!r} is not a {family.generation} size; valid sizes: {_describe_sizes(family)}"
+        )
+    chips = size // 2 if family.counts_cores else size
+    return _build(family, chips)
+
+
+def from_type_topology(type_name: str, topology: str) -> Accelerator:
+    """`type: v5litepod` + `topology: 4x4` → Accelerator (the accelerator_config form)."""
+    family = _TYPE_ALIASES.get(type_name.strip().lower())
+    if family is None:
+        raise AcceleratorError(
+            f"unknown TPU type {type_name!r}; known types: "
+            + ", ".join(family.prefix for family in FAMILIES)
+        )
+    try:
+        dims = [int(part) for part in topology.lower().split("x")]
+    except ValueError:
+        dims = []
+    if len(dims) != family.dims or any(d < 1 for d in dims):
+        example = "2x2x2" if family.dims == 3 else "4x4"
+        raise AcceleratorError(
+            f"topology {topology!r} is not valid for {family.generation}: "
+            f"give {family.dims} dimensions like {example}"
+        )
+    chips = math.prod(dims)
+    size = chips * 2 if family.counts_cores else chips
+    if size not in family.sizes:
+        raise AcceleratorError(
+            f"topology {topology!r} gives {chips} chips, not a {family.generation} slice size"
+        )
+    return _build(family, chips, topology="x".join(str(d) for d in dims))
+
+
+def _build(family: Family, chips: int, topology: str | None = None) -> Accelerator:
+    chips_per_vm = chips if (not family.counts_cores and chips <= 8) else min(4, chips)
+    vms = max(1, chips // chips_per_vm)
+    size = chips * 2 if family.counts_cores else chips
+    return Accelerator(
+        family=family,
+        accelerator_type=f"{family.prefix}-{size}",
+        chips=chips,
+        tensorcores=chips * 2 if family.counts_cores else chips,
+        vms=vms,
+        chips_per_vm=chips_per_vm,
+        topology=topology or default_topology(family, chips),
+    )
+
+
+def default_topology(family: Family, chips: int) -> str:
+    """The most cube-like (3D) or square-like (2D) shape, smallest dimension first."""
+    if family.dims == 2:
+        low = 2 ** (int(math.log2(chips)) // 2) if chips & (chips - 1) == 0 else 1
+        while chips % low:
+            low -= 1
+        return f"{low}x{chips // low}"
+    best = (1, 1, chips)
+    for a in range(1, int(round(chips ** (1 / 3))) + 2):
+        if chips % a:
+            continue
+        for b in range(a, int(math.isqrt(chips // a)) + 1):
+            if (chips // a) % b == 0:
+                c = chips // a // b
+                if c >= b and max(a, b, c) - min(a, b, c) < max(best) - min(best):
+                    best = (a, b, c)
+    if chips == 4:  # v4-8 is 2x2x1 by Cloud TPU's convention
+        best = (2, 2, 1)
+    return "x".join(str(d) for d in best)
+
+
+def _describe_sizes(family: Family) -> str:
+    if len(family.sizes) > 12:
+        return f"multiples of 8 from 8 to {family.sizes[-1]}"
+    return ", ".join(str(size) for size in family.sizes)
+
+
+def runtime_warning(accelerator: Accelerator, runtime: str) -> str | None:
+    """A warning when `runtime` is not one known to match the accelerator's generation."""
+    if runtime in accelerator.family.runtimes:
+        return None
+    for family in FAMILIES:
+        if family is not accelerator.family and runtime in family.runtimes:
+            if runtime in accelerator.family.runtimes:
+                return None
+            return (
+                f"runtime {runtime!r} is meant for {family.generation}, not "
+                f"{accelerator.generation}; expected one of {', '.join(accelerator.family.runtimes)}"
+            )
+    return None  # an unknown runtime may be new; the service will say
+
+
+MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert", "pipeline", "autoregressive")
+
+
+def mesh_product(axes: dict[str, int]) -> int:
+    return math.prod(axes.values()) if axes else 1
