@@ -1,4 +1,4 @@
-"""The accelerator catalog: "v4-16" → generation, chips, TensorCores, VMs; runtime and mesh checks."""
+"""The accelerator catalog: "v4-16" → generation, chips, TensorCores, VMs; runtime checks."""
 
 from __future__ import annotations
 
@@ -159,10 +159,10 @@ def default_topology(family: Family, chips: int) -> str:
             low -= 1
         return f"{low}x{chips // low}"
     best = (1, 1, chips)
-    for a in range(1, int(round(chips ** (1 / 3))) + 2):
+    for a in range(1, round(chips ** (1 / 3)) + 2):
         if chips % a:
             continue
-        for b in range(a, int(math.isqrt(chips // a)) + 1):
+        for b in range(a, math.isqrt(chips // a) + 1):
             if (chips // a) % b == 0:
                 c = chips // a // b
                 if c >= b and max(a, b, c) - min(a, b, c) < max(best) - min(best):
@@ -188,7 +188,8 @@ def runtime_warning(accelerator: Accelerator, runtime: str) -> str | None:
                 return None
             return (
                 f"runtime {runtime!r} is meant for {family.generation}, not "
-                f"{accelerator.generation}; expected one of {', '.join(accelerator.family.runtimes)}"
+                f"{accelerator.generation}; expected one of "
+                + ", ".join(accelerator.family.runtimes)
             )
     return None  # an unknown runtime may be new; the service will say
 

@@ -16,7 +16,11 @@ from tpuctl.errors import ExitCode, TpuctlError
 # name -> (module, attribute, one-line help). Modules are imported only when the command runs,
 # so `tpuctl --help` never imports grpc, google.cloud, paramiko or rich.
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "validate": ("tpuctl.cli.spec_commands", "validate", "Check a job spec; exit 2 on any mistake."),
+    "validate": (
+        "tpuctl.cli.spec_commands",
+        "validate",
+        "Check a job spec; exit 2 on any mistake.",
+    ),
     "render": (
         "tpuctl.cli.spec_commands",
         "render",
@@ -32,6 +36,37 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "tpuctl.cli.emulator_commands",
         "emulator_group",
         "Run and drive the local Cloud TPU emulator.",
+    ),
+    "create": (
+        "tpuctl.cli.lifecycle_commands",
+        "create",
+        "Create the queued resource a spec describes (idempotent); --wait to wait for it.",
+    ),
+    "status": (
+        "tpuctl.cli.lifecycle_commands",
+        "status",
+        "State of a queued resource, its slices, nodes and workers.",
+    ),
+    "describe": (
+        "tpuctl.cli.lifecycle_commands",
+        "describe",
+        "Same as status.",
+    ),
+    "list": ("tpuctl.cli.lifecycle_commands", "list_command", "List tpuctl's queued resources."),
+    "wait": (
+        "tpuctl.cli.lifecycle_commands",
+        "wait",
+        "Wait for a state with separate queueing and provisioning deadlines.",
+    ),
+    "reset": (
+        "tpuctl.cli.lifecycle_commands",
+        "reset",
+        "Reset (restart) every VM of a queued resource.",
+    ),
+    "delete": (
+        "tpuctl.cli.lifecycle_commands",
+        "delete",
+        "Delete a queued resource (and its nodes with --force).",
     ),
 }
 

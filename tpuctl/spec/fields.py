@@ -1,0 +1,583 @@
+"""The one declarative table of job spec keys; validation, JSON Schema and the docs all read it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tpuctl.spec.model import API_VERSION, FRAMEWORKS, TIERS
+from tpuctl.topology import MAX_SLICES, MESH_AXES
+
+# str: a string · int: an integer (never a bool) · bool · duration: "90s", "1h30m" or seconds
+# time_bound: a duration or an RFC 3339 time · str_list: list of strings
+# commands: one string or a list of strings · str_map: mapping of strings (numbers are
+# stringified, bools are refused) · section: a nested mapping described by `children`
+Kind = Literal[
+    "str", "int", "bool", "duration", "time_bound", "str_list", "commands", "str_map", "section"
+]
+
+# GCE resource names (node ids, network tags): lowercase, start with a letter, no trailing dash.
+GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Node ids are `<name>-<i>` with i < 256, so the name keeps room for the suffix under 63.
+MAX_NAME_LENGTH = 40
+LABEL_KEY_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
+LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
+MAX_LABELS = 64
+# tpuctl labels its own resources with these; a user value would break "is this mine?" checks.
+RESERVED_LABELS = ("managed-by", "tpuctl-job", "tpuctl-spec-hash", "tpuctl-run")
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+POSIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
+# A run name becomes a directory name and a MaxText run key on every worker.
+RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+TOPOLOGY_PATTERN = r"^[0-9]+x[0-9]+(x[0-9]+)?$"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of the spec: its type, constraints, default and the sentence that documents it."""
+
+    name: str
+    kind: Kind
+    doc: str
+    default: Any = None  # JSON-able documented default; None means "unset"
+    default_doc: str | None = None  # when the default is computed ("the spec's name")
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    pattern: str | None = None  # str values / str_list items
+    rule: str | None = None  # the pattern in words, for messages
+    max_length: int | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    key_pattern: str | None = None  # str_map keys
+    key_rule: str | None = None  # the key_pattern in words, for messages
+    value_pattern: str | None = None  # str_map values
+    value_rule: str | None = None
+    max_items: int | None = None  # str_map entries
+    forbidden_keys: tuple[str, ...] = ()  # str_map keys owned by tpuctl
+    forbidden_hint: str | None = None
+    example: Any = None
+    children: tuple[Field, ...] = ()
+    # Sections with alternative forms: exactly one group of keys must be given, complete.
+    one_of: tuple[tuple[str, ...], ...] = ()
+
+    def child(self, name: str) -> Field | None:
+        for field in self.children:
+            if field.name == name:
+                return field
+        return None
+
+
+def _axes(layer: str, meaning: str) -> tuple[Field, ...]:
+    return tuple(
+        Field(axis, "int", f"{layer} {axis} parallelism ({meaning}).", minimum=1, example=2)
+        for axis in MESH_AXES
+    )
+
+
+_DURATION_DOC = "a duration (90s, 10m, 2h, 1d, 1h30m; a plain number is seconds)"
+_BOUND_DOC = _DURATION_DOC + " or an RFC 3339 time with a timezone"
+
+TPU_FIELDS = (
+    Field(
+        "accelerator",
+        "str",
+        "Accelerator type of one slice, e.g. v4-16, v5p-8, v5litepod-16, v6e-8 (the number "
+        "counts TensorCores for v2/v3/v4/v5p and chips for v5e/v6e). Give this, or type + "
+        "topology.",
+        example="v4-16",
+    ),
+    Field(
+        "type",
+        "str",
+        "TPU generation for the accelerator_config form, used with topology: v2, v3, v4, v5p, "
+        "v5litepod (v5e) or v6e.",
+        example="v5litepod",
+    ),
+    Field(
+        "topology",
+        "str",
+        "Chip topology of one slice for the accelerator_config form, e.g. 4x4 or 2x2x4.",
+        pattern=TOPOLOGY_PATTERN,
+        rule="dimensions joined by x, like 4x4 or 2x2x4",
+        example="4x4",
+    ),
+    Field(
+        "runtime",
+        "str",
+        "TPU VM runtime (software) version, e.g. tpu-ubuntu2204-base, v2-alpha-tpuv5-lite.",
+        required=True,
+        example="tpu-ubuntu2204-base",
+    ),
+    Field(
+        "slices",
+        "int",
+        f"Number of slices; more than 1 is Multislice (v4 and newer, at most {MAX_SLICES}).",
+        default=1,
+        minimum=1,
+        maximum=MAX_SLICES,
+    ),
+    Field("network", "str", "VPC network of the TPU VMs.", example="default"),
+    Field("subnetwork", "str", "Subnetwork of the TPU VMs.", example="my-subnet"),
+    Field("external_ips", "bool", "Give every TPU VM an external IP address.", default=True),
+    Field(
+        "tags",
+        "str_list",
+        "Network tags (firewall rules) of every TPU VM.",
+        default=[],
+        pattern=GCE_NAME_PATTERN,
+        rule="lowercase letters, digits and hyphens, starting with a letter, not ending with a "
+        "hyphen",
+        max_length=63,
+        example=["tpu-job"],
+    ),
+    Field(
+        "labels",
+        "str_map",
+        "Labels on every node: keys start with a lowercase letter, keys and values use "
+        f"[a-z0-9_-] and at most 63 characters, at most {MAX_LABELS} labels; "
+        f"{', '.join(RESERVED_LABELS)} are set by tpuctl.",
+        default={},
+        key_pattern=LABEL_KEY_PATTERN,
+        key_rule="start with a lowercase letter, then lowercase letters, digits, _ or -, "
+        "at most 63 characters",
+        value_pattern=LABEL_VALUE_PATTERN,
+        value_rule="lowercase letters, digits, _ or -, at most 63 characters",
+        max_items=MAX_LABELS,
+        forbidden_keys=RESERVED_LABELS,
+        forbidden_hint="tpuctl sets this label to recognise its own resources; choose another key",
+        example={"team": "ml"},
+    ),
+    Field(
+        "service_account",
+        "str",
+        "Service account email the TPU VMs run as.",
+        example="sa@my-project.iam.gserviceaccount.com",
+    ),
+    Field(
+        "scopes",
+        "str_list",
+        "OAuth scopes of the service account.",
+        default=[],
+        example=["https://www.googleapis.com/auth/cloud-platform"],
+    ),
+    Field(
+        "metadata",
+        "str_map",
+        "Extra node metadata; startup-script belongs to tpuctl.",
+        default={},
+        forbidden_keys=("startup-script",),
+        forbidden_hint="tpuctl renders the startup script; put the command in job.command and "
+        "set-up steps in job.setup",
+        example={"my-key": "my-value"},
+    ),
+    Field("description", "str", "Free text description of the nodes."),
+)
+
+CAPACITY_FIELDS = (
+    Field(
+        "tier",
+        "str",
+        "Capacity tier: spot, reserved, on-demand or best-effort. The gcloud-style booleans "
+        "below are accepted instead; give only one.",
+        default="on-demand",
+        enum=TIERS,
+    ),
+    Field("spot", "bool", "Same as tier: spot.", default=False),
+    Field("reserved", "bool", "Same as tier: reserved.", default=False),
+    Field("on_demand", "bool", "Same as tier: on-demand.", default=False),
+    Field("best_effort", "bool", "Same as tier: best-effort.", default=False),
+    Field(
+        "reservation",
+        "str",
+        "Reservation to draw from (a name or projects/P/locations/Z/reservations/NAME); "
+        "only with the reserved tier.",
+        example="my-reservation",
+    ),
+    Field(
+        "valid_until",
+        "time_bound",
+        f"Give up queueing after this: {_BOUND_DOC}.",
+        example="6h",
+    ),
+    Field(
+        "valid_after",
+        "time_bound",
+        f"Do not provision before this: {_BOUND_DOC}.",
+        example="10m",
+    ),
+)
+
+CHECKPOINT_FIELDS = (
+    Field(
+        "dir",
+        "str",
+        "Checkpoint directory (gs://bucket/path or a path on the workers).",
+        example="gs://my-bucket/runs/llama-cpt",
+    ),
+    Field(
+        "autocheckpoint",
+        "bool",
+        "Enable Cloud TPU Autocheckpoint: SIGTERM and up to 5 minutes to save before "
+        "maintenance; the framework preset sets the matching training flags. Needs dir.",
+        default=False,
+    ),
+)
+
+JOB_FIELDS = (
+    Field(
+        "framework",
+        "str",
+        "Framework preset for the checkpoint flags: maxtext, pax, orbax or custom.",
+        default="custom",
+        enum=FRAMEWORKS,
+    ),
+    Field(
+        "run_name",
+        "str",
+        "Run name, kept the same on every restart (the resume key).",
+        default_doc="the spec's name",
+        pattern=RUN_NAME_PATTERN,
+        rule="letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128",
+    ),
+    Field(
+        "user",
+        "str",
+        "POSIX user that runs the command on the workers.",
+        default="tpuctl",
+        pattern=POSIX_USER_PATTERN,
+        rule="a POSIX user name: lowercase letters, digits, '_' and '-', starting with a "
+        "letter or '_', at most 32 characters",
+    ),
+    Field("workdir", "str", "Working directory on every worker.", default="~/job"),
+    Field(
+        "code",
+        "str",
+        "Code to ship: a local directory (relative to the spec file) or gs://…/code.tar.gz "
+        "(.tar.gz or .tgz).",
+        example="./src",
+    ),
+    Field(
+        "setup",
+        "commands",
+        "Set-up commands run before the job on every boot: a list, or one string.",
+        default=[],
+        example=["pip install -r requirements.txt"],
+    ),
+    Field(
+        "env",
+        "str_map",
+        "Environment variables of the command; values are strings or numbers (quote yes/no/true).",
+        default={},
+        key_pattern=ENV_NAME_PATTERN,
+        key_rule="letters, digits and _, not starting with a digit",
+        example={"WANDB_MODE": "offline"},
+    ),
+    Field(
+        "command",
+        "str",
+        "The training command, run on every worker as `user` in `workdir`.",
+        required=True,
+        example="python3 train.py --steps 10000",
+    ),
+    Field(
+        "parallelism",
+        "section",
+        "Mesh axes; the ici product must equal the chips per slice and the dcn product the "
+        "number of slices.",
+        children=(
+            Field(
+                "ici",
+                "section",
+                "Parallelism within a slice (ICI).",
+                children=_axes("ICI", "within a slice"),
+            ),
+            Field(
+                "dcn",
+                "section",
+                "Parallelism across slices (DCN).",
+                children=_axes("DCN", "across slices"),
+            ),
+        ),
+    ),
+)
+
+DEADLINE_FIELDS = (
+    Field(
+        "queue",
+        "duration",
+        f"Give up when the QR is still queued after this: {_DURATION_DOC}.",
+        example="2h",
+    ),
+    Field(
+        "provision",
+        "duration",
+        f"Give up when provisioning takes longer than this: {_DURATION_DOC}.",
+        example="30m",
+    ),
+)
+
+RECOVERY_FIELDS = (
+    Field(
+        "max_preemptions",
+        "int",
+        "Recreate the QR after at most this many spot preemptions or suspensions.",
+        default=10,
+        minimum=0,
+    ),
+    Field(
+        "max_failures",
+        "int",
+        "Recreate the QR after at most this many failures (FAILED QR or job crash).",
+        default=0,
+        minimum=0,
+    ),
+)
+
+SPEC_FIELDS: tuple[Field, ...] = (
+    Field(
+        "apiVersion",
+        "str",
+        f"Spec format version; must be {API_VERSION}.",
+        required=True,
+        enum=(API_VERSION,),
+        example=API_VERSION,
+    ),
+    Field(
+        "name",
+        "str",
+        "Queued resource id; the node id for one slice, the node id prefix (<name>-<i>) for "
+        "several. Lowercase letters, digits and hyphens, starting with a letter, at most "
+        f"{MAX_NAME_LENGTH} characters.",
+        required=True,
+        pattern=GCE_NAME_PATTERN,
+        rule="lowercase letters, digits and hyphens, starting with a letter, not ending with a "
+        "hyphen",
+        max_length=MAX_NAME_LENGTH,
+        example="llama-cpt",
+    ),
+    Field(
+        "project",
+        "str",
+        "Google Cloud project; otherwise from --project or the environment.",
+        example="my-project",
+    ),
+    Field(
+        "zone",
+        "str",
+        "Zone of the TPUs; otherwise from --zone or the environment.",
+        example="us-central2-b",
+    ),
+    Field(
+        "tpu",
+        "section",
+        "The slices and the node template they share.",
+        required=True,
+        children=TPU_FIELDS,
+        one_of=(("accelerator",), ("type", "topology")),
+    ),
+    Field("capacity", "section", "How capacity is obtained.", children=CAPACITY_FIELDS),
+    Field(
+        "checkpoint", "section", "Where and how the job checkpoints.", children=CHECKPOINT_FIELDS
+    ),
+    Field(
+        "job",
+        "section",
+        "The training job the startup script runs on every worker (optional).",
+        children=JOB_FIELDS,
+    ),
+    Field(
+        "deadlines",
+        "section",
+        "Client-side deadlines of `tpuctl create`.",
+        children=DEADLINE_FIELDS,
+    ),
+    Field(
+        "recovery",
+        "section",
+        "Separate retry budgets for preemptions and failures.",
+        children=RECOVERY_FIELDS,
+    ),
+)
+
+ROOT = Field("", "section", "A tpuctl job spec.", children=SPEC_FIELDS)
+
+
+def walk_fields(
+    fields: tuple[Field, ...] = SPEC_FIELDS, prefix: str = ""
+) -> Iterator[tuple[str, Field]]:
+    """Every field with its dotted path, parents before children, in table order."""
+    for field in fields:
+        path = f"{prefix}.{field.name}" if prefix else field.name
+        yield path, field
+        yield from walk_fields(field.children, path)
+
+
+def field_at(path: str) -> Field | None:
+    """The field at a dotted path (`capacity.tier`), or None."""
+    field: Field | None = ROOT
+    for part in path.split("."):
+        field = field.child(part) if field is not None else None
+    return field
+
+
+# --- JSON Schema ------------------------------------------------------------------------------
+
+_SCALAR_SCHEMA: dict[str, dict[str, Any]] = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "bool": {"type": "boolean"},
+    "duration": {
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*([0-9]+\s*[smhd]\s*)+$|^\s*[0-9]+\s*$"},
+        ]
+    },
+    "time_bound": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
+}
+
+
+def _field_schema(field: Field) -> dict[str, Any]:
+    schema: dict[str, Any] = {}
+    if field.kind == "str":
+        schema.update(_string_schema(field))
+    elif field.kind in _SCALAR_SCHEMA:
+        schema.update(_SCALAR_SCHEMA[field.kind])
+    elif field.kind == "str_list":
+        schema.update({"type": "array", "items": _string_schema(field)})
+    elif field.kind == "commands":
+        schema["anyOf"] = [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+    elif field.kind == "str_map":
+        schema.update(_map_schema(field))
+    else:
+        schema.update(section_schema(field))
+    if field.enum:
+        schema["enum"] = list(field.enum)
+    if field.minimum is not None:
+        schema["minimum"] = field.minimum
+    if field.maximum is not None:
+        schema["maximum"] = field.maximum
+    description = field.doc
+    if field.default_doc:
+        description += f" Default: {field.default_doc}."
+    schema["description"] = description
+    if field.default is not None:
+        schema["default"] = field.default
+    if field.example is not None:
+        schema["examples"] = [field.example]
+    return schema
+
+
+def _string_schema(field: Field) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    if field.pattern:
+        schema["pattern"] = field.pattern
+    if field.max_length is not None:
+        schema["maxLength"] = field.max_length
+    return schema
+
+
+def _map_schema(field: Field) -> dict[str, Any]:
+    value: dict[str, Any] = {"type": ["string", "number"]}
+    if field.value_pattern:
+        value["pattern"] = field.value_pattern
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": value}
+    names: dict[str, Any] = {}
+    if field.key_pattern:
+        names["pattern"] = field.key_pattern
+    if field.forbidden_keys:
+        names["not"] = {"enum": list(field.forbidden_keys)}
+    if names:
+        schema["propertyNames"] = names
+    if field.max_items is not None:
+        schema["maxProperties"] = field.max_items
+    return schema
+
+
+def section_schema(section: Field) -> dict[str, Any]:
+    """The object schema of a section: its properties, required keys and alternative forms."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {child.name: _field_schema(child) for child in section.children},
+    }
+    required = [child.name for child in section.children if child.required]
+    if required:
+        schema["required"] = required
+    if section.one_of:
+        every = {name for group in section.one_of for name in group}
+        schema["oneOf"] = [
+            {
+                "required": list(group),
+                "not": {"anyOf": [{"required": [name]} for name in sorted(every - set(group))]},
+            }
+            for group in section.one_of
+        ]
+    return schema
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of the spec, for editors (yaml-language-server) and CI."""
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"tpuctl job spec ({API_VERSION})",
+    }
+    schema.update(section_schema(ROOT))
+    schema["description"] = (
+        "A Cloud TPU queued resource and the job it runs. `${VAR}` in string values expands "
+        "from the environment; `$${` is a literal `${`."
+    )
+    return schema
+
+
+# --- Markdown reference -----------------------------------------------------------------------
+
+_KIND_NAMES: dict[str, str] = {
+    "str": "string",
+    "int": "integer",
+    "bool": "boolean",
+    "duration": "duration",
+    "time_bound": "duration or RFC 3339 time",
+    "str_list": "list of strings",
+    "commands": "string or list of strings",
+    "str_map": "map of strings",
+    "section": "mapping",
+}
+
+
+def _type_cell(field: Field) -> str:
+    if field.enum:
+        return " \\| ".join(f"`{value}`" for value in field.enum)
+    text = _KIND_NAMES[field.kind]
+    if field.minimum is not None and field.maximum is not None:
+        text += f" {field.minimum}–{field.maximum}"
+    elif field.minimum is not None:
+        text += f" ≥ {field.minimum}"
+    return text
+
+
+def _default_cell(path: str, field: Field) -> str:
+    if field.required:
+        parent = path.rpartition(".")[0]
+        section = field_at(parent) if parent else None
+        if section is not None and not section.required:
+            return f"required in `{parent}`"
+        return "**required**"
+    if field.default_doc:
+        return field.default_doc
+    if field.default is None:
+        return ""
+    if isinstance(field.default, bool):
+        return f"`{str(field.default).lower()}`"
+    if field.default in ([], {}):
+        return "empty"
+    return f"`{field.default}`"
+
+
+def reference_markdown() -> str:
+    """A Markdown table of every key: dotted path, type, default, description."""
+    lines = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    for path, field in walk_fields():
+        doc = field.doc.replace("|", "\\|")
+        lines.append(f"| `{path}` | {_type_cell(field)} | {_default_cell(path, field)} | {doc} |")
+    return "\n".join(lines) + "\n"
