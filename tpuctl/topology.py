@@ -179,19 +179,16 @@ def _describe_sizes(family: Family) -> str:
 
 
 def runtime_warning(accelerator: Accelerator, runtime: str) -> str | None:
-    """A warning when `runtime` is not one known to match the accelerator's generation."""
+    """A warning when `runtime` is known, but only for other generations than this one."""
     if runtime in accelerator.family.runtimes:
         return None
-    for family in FAMILIES:
-        if family is not accelerator.family and runtime in family.runtimes:
-            if runtime in accelerator.family.runtimes:
-                return None
-            return (
-                f"runtime {runtime!r} is meant for {family.generation}, not "
-                f"{accelerator.generation}; expected one of "
-                + ", ".join(accelerator.family.runtimes)
-            )
-    return None  # an unknown runtime may be new; the service will say
+    meant_for = [family.generation for family in FAMILIES if runtime in family.runtimes]
+    if not meant_for:
+        return None  # an unknown runtime may be new; the service will say
+    return (
+        f"runtime {runtime!r} is meant for {', '.join(meant_for)}, not "
+        f"{accelerator.generation}; expected one of " + ", ".join(accelerator.family.runtimes)
+    )
 
 
 MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert", "pipeline", "autoregressive")

@@ -44,11 +44,15 @@ class AppContext:
         return self._stderr
 
     def info(self, message: str) -> None:
-        """A progress or status line for people, always on stderr."""
-        self.stderr.print(message, markup=False, highlight=False)
+        """A progress or status line for people, always on stderr (no rich needed)."""
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
     def warn(self, message: str) -> None:
-        self.stderr.print(f"warning: {message}", style="yellow", markup=False, highlight=False)
+        colour = sys.stderr.isatty() and "NO_COLOR" not in os.environ
+        line = f"warning: {message}"
+        sys.stderr.write((f"\x1b[33m{line}\x1b[0m" if colour else line) + "\n")
+        sys.stderr.flush()
 
     def emit(self, data: Any, human: Callable[[Console], None] | None = None) -> None:
         """Print a command's result: `human` draws it for people; json/yaml print `data`."""

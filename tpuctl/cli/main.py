@@ -68,6 +68,29 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "delete",
         "Delete a queued resource (and its nodes with --force).",
     ),
+    "ssh": (
+        "tpuctl.cli.fanout_commands",
+        "ssh",
+        "Run a command on every worker of every slice (or a shell on one).",
+    ),
+    "ps": ("tpuctl.cli.fanout_commands", "ps", "Status of detached runs on every worker."),
+    "logs": ("tpuctl.cli.fanout_commands", "logs", "Tail (or follow) the logs of a detached run."),
+    "stop": (
+        "tpuctl.cli.fanout_commands",
+        "stop",
+        "Stop a detached run on every worker (TERM, then KILL after a grace).",
+    ),
+    "upload": (
+        "tpuctl.cli.fanout_commands",
+        "upload",
+        "Copy a local directory to every worker (packed once).",
+    ),
+    "download": ("tpuctl.cli.fanout_commands", "download", "Copy files from one worker."),
+    "run": (
+        "tpuctl.cli.fanout_commands",
+        "run",
+        "Start a spec's job on an ACTIVE queued resource (the multihost_runner workflow).",
+    ),
 }
 
 

@@ -59,17 +59,18 @@ def set_option(func: F) -> F:
 
 
 def project_zone_options(func: F) -> F:
+    """`--project/--zone`. No `envvar=` on purpose: a flag outranks the spec, but TPUCTL_PROJECT
+    and TPUCTL_ZONE rank below it, so the environment is read by the resolver, not by click."""
     func = click.option(
         "--zone",
-        envvar="TPUCTL_ZONE",
         default=None,
-        help="Zone (else the spec, CLOUDSDK_COMPUTE_ZONE, the gcloud config).",
+        help="Zone (else the spec, TPUCTL_ZONE, CLOUDSDK_COMPUTE_ZONE, the gcloud config).",
     )(func)
     return click.option(
         "--project",
-        envvar="TPUCTL_PROJECT",
         default=None,
-        help="Project (else the spec, CLOUDSDK_CORE_PROJECT, the gcloud config, ADC).",
+        help="Project (else the spec, TPUCTL_PROJECT, CLOUDSDK_CORE_PROJECT, the gcloud config, "
+        "ADC).",
     )(func)
 
 
