@@ -1,0 +1,12 @@
+gcloud alpha compute tpus queued-resources create emulator-demo \
+    --project=my-project \
+    --zone=us-central2-b \
+    --accelerator-type=v4-16 \
+    --runtime-version=tpu-ubuntu2204-base \
+    --node-count=2 \
+    --node-prefix=emulator-demo \
+    --spot \
+    --valid-until-duration=30m \
+    --labels=managed-by=tpuctl,tpuctl-job=emulator-demo,tpuctl-spec-hash=aab78ba152ee,tpuctl-run=emulator-demo \
+    --metadata-from-file=startup-script=startup.sh \
+    --autocheckpoint-enabled

@@ -1,0 +1,11 @@
+gcloud alpha compute tpus queued-resources create jax-shardings-ms \
+    --project=my-project \
+    --zone=us-central2-b \
+    --accelerator-type=v4-16 \
+    --runtime-version=tpu-ubuntu2204-base \
+    --node-count=2 \
+    --node-prefix=jax-shardings-ms \
+    --best-effort \
+    --valid-until-duration=3h \
+    --labels=managed-by=tpuctl,tpuctl-job=jax-shardings-ms,tpuctl-spec-hash=6ab81f3f9b45,tpuctl-run=jax-shardings-ms \
+    --metadata-from-file=startup-script=startup.sh

@@ -1,0 +1,13 @@
+gcloud alpha compute tpus queued-resources create maxtext-v4-ms \
+    --project=my-project \
+    --zone=us-central2-b \
+    --accelerator-type=v4-128 \
+    --runtime-version=tpu-ubuntu2204-base \
+    --node-count=2 \
+    --node-prefix=maxtext-v4-ms \
+    --reserved \
+    --reservation=projects/my-project/locations/us-central2-b/reservations/my-v4-reservation \
+    --valid-until-duration=6h \
+    --labels=managed-by=tpuctl,tpuctl-job=maxtext-v4-ms,tpuctl-spec-hash=5feef09e1b4a,tpuctl-run=llama2-7b-v4-ms \
+    --metadata-from-file=startup-script=startup.sh \
+    --autocheckpoint-enabled

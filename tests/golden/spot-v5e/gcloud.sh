@@ -1,0 +1,11 @@
+gcloud alpha compute tpus queued-resources create spot-v5e \
+    --project=my-project \
+    --zone=us-central2-b \
+    --type=v5litepod \
+    --topology=4x4 \
+    --runtime-version=v2-alpha-tpuv5-lite \
+    --node-id=spot-v5e \
+    --spot \
+    --valid-until-duration=12h \
+    --labels=managed-by=tpuctl,tpuctl-job=spot-v5e,tpuctl-spec-hash=2ca88a64b9f3,tpuctl-run=spot-v5e \
+    --metadata-from-file=startup-script=startup.sh
