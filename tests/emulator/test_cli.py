@@ -1,0 +1,143 @@
+"""`tpuctl emulator …` through the CLI: start prints two lines and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.emulator.helpers import (
+    QrState,
+    create,
+    new_project,
+    parent_of,
+    qr_request,
+    unique,
+    wait_state,
+    wait_until,
+)
+from tests.emulator.test_faults import _running
+from tpuctl.cli.main import run
+from tpuctl.emulator.testing import EmulatorProcess, _read_exports
+
+pytestmark = pytest.mark.emulator
+
+
+def test_start_prints_two_lines_and_sigterm_leaves_no_process(tmp_path: Path) -> None:
+    tag = f"{unique('left')}-sleeper"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tpuctl", "emulator", "start", "--speed", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        exports = _read_exports(process, 60)
+        assert set(exports) == {"TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT"}
+        assert exports["TPU_EMULATOR_HOST"].startswith("127.0.0.1:")
+        assert int(exports["TPUCTL_SSH_PORT"]) > 0
+        handle = EmulatorProcess(tmp_path / "unused")
+        handle.host = exports["TPU_EMULATOR_HOST"]
+        state_dir = Path(handle.admin.status()["state_dir"])
+        assert state_dir.is_dir()
+        client = handle.tpu_client()
+        parent = parent_of(new_project())
+        script = f"#!/bin/bash\nnohup setsid bash -c 'exec -a {tag} sleep 1000' >/dev/null 2>&1 &\n"
+        qr = qr_request(parent, accelerator_type="v4-16", startup_script=script)
+        name = create(client, parent, unique("qr"), qr).result(timeout=30).name
+        wait_state(client, name, QrState.ACTIVE)
+        wait_until(lambda: len(_running(tag)) == 2, "two workers running the sleeper")
+        handle.admin.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert process.stdout is not None and process.stdout.read() == b""
+        assert process.stderr is not None and process.stderr.read() == b""  # quiet without -v
+        assert _running(tag) == []
+        assert not state_dir.exists()  # the temporary state dir is removed at exit
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
+        if process.stderr:
+            process.stderr.close()
+
+
+def test_state_dir_is_kept_when_given(tmp_path: Path) -> None:
+    with EmulatorProcess(tmp_path / "state", "--speed", "20") as emulator:
+        assert emulator.admin.status()["state_dir"] == str(tmp_path / "state")
+    assert (tmp_path / "state" / "events.jsonl").exists()
+
+
+def _run(args: list[str], capsys: Any) -> tuple[int, str, str]:
+    code = run(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_admin_commands(
+    emulator: EmulatorProcess, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TPU_EMULATOR_HOST", emulator.host)
+    code, out, _ = _run(["emulator", "status", "--format", "json"], capsys)
+    assert code == 0
+    status = json.loads(out)
+    assert status["host"] == emulator.host and "v4" in status["capacity"]
+
+    code, out, _ = _run(["emulator", "capacity", "v6e=100", "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["v6e"]["total"] == 100
+    code, out, _ = _run(["emulator", "capacity", "v6e=16384"], capsys)
+    assert code == 0 and "v6e" in out
+
+    code, out, _ = _run(["emulator", "api-fault", "--code", "UNAVAILABLE", "--count", "0"], capsys)
+    assert code == 0 and "count: 0" in out
+
+    code, out, _ = _run(["emulator", "events", "--since", "0"], capsys)
+    assert code == 0
+    first = json.loads(out.splitlines()[0])
+    assert first["kind"] == "emulator.start"
+
+    code, _, err = _run(["emulator", "preempt", "no-such-qr"], capsys)
+    assert code == 5 and "no-such-qr" in err
+    code, _, err = _run(["emulator", "capacity", "v9=1"], capsys)
+    assert code == 2 and "v9" in err
+    code, _, err = _run(["emulator", "api-fault", "--code", "NOPE"], capsys)
+    assert code == 2 and "NOPE" in err
+
+    monkeypatch.delenv("TPU_EMULATOR_HOST")
+    code, _, err = _run(["emulator", "status"], capsys)
+    assert code == 2 and "TPU_EMULATOR_HOST" in err
+
+
+def test_start_rejects_bad_options(capsys: Any) -> None:
+    code, _, err = _run(["emulator", "start", "--capacity", "v4=lots"], capsys)
+    assert code == 2 and "--capacity" in err
+    code, _, err = _run(["emulator", "start", "--grace", "soon"], capsys)
+    assert code == 2 and "--grace" in err
+
+
+def test_events_follow(emulator: EmulatorProcess) -> None:
+    command = [sys.executable, "-m", "tpuctl", "emulator", "events", "--follow"]
+    env = {**os.environ, "TPU_EMULATOR_HOST": emulator.host}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, env=env) as follower:
+        try:
+            assert follower.stdout is not None
+            line = follower.stdout.readline()
+            assert json.loads(line)["seq"] == 0
+            started = time.monotonic()
+            emulator.admin.capacity({"v6e": 16384})
+            while True:
+                event = json.loads(follower.stdout.readline())
+                if event["kind"] == "capacity":
+                    break
+            assert time.monotonic() - started < 10
+        finally:
+            follower.terminate()

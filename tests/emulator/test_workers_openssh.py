@@ -1,0 +1,210 @@
+"""The worker plane with real OpenSSH sshd servers, so clients are tested against the real thing.
+
+sshd only logs in users that exist on this machine, so the test logs in as the current OS user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncssh
+import paramiko
+import pytest
+
+from tests.emulator.workers_helpers import (
+    ClientKey,
+    alive,
+    connect,
+    identity,
+    new_key,
+    os_user,
+    read_pids,
+    run,
+    wait_for,
+)
+from tpuctl.emulator import vm
+from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
+
+SSHD = Path("/usr/sbin/sshd")
+pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
+NODE = "ossh"
+
+
+def _sshd_pids(state_dir: Path) -> list[int]:
+    """sshd processes started with a config under `state_dir`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sshd" in cmdline and str(state_dir).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def key() -> ClientKey:
+    return new_key("me@laptop")
+
+
+@pytest.fixture(scope="module")
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, key: ClientKey
+) -> Iterator[tuple[WorkerPlane, list[WorkerInfo]]]:
+    state_dir = tmp_path_factory.mktemp("openssh")
+    plane = WorkerPlane(state_dir, ssh_server="openssh")
+    plane.start()
+    try:
+        infos = plane.create_node(
+            identity(NODE, workers=2), {"ssh-keys": key.metadata_line(os_user())}, coordinator=None
+        )
+        yield plane, infos
+    finally:
+        plane.close()
+    assert vm.scan_processes(plane.instance_id) == {}
+    assert _sshd_pids(state_dir) == []
+
+
+def test_openssh_runs_commands_in_the_worker_home(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    plane, infos = setup
+    user = os_user()
+    command = 'pwd; echo "$HOME|$TPUCTL_EMULATED_WORKER|$GCE_METADATA_HOST"; cat; exit 5'
+    result = run(plane, infos[1], user, key, command, stdin=b"from-stdin")
+    home = plane.vm_root(NODE, 1) / "home" / user
+    assert result.exit_status == 5
+    assert result.stdout.decode().splitlines() == [
+        str(home),
+        f"{home}|{NODE}/1|{infos[1].ip}:{plane.metadata_port}",
+        "from-stdin",
+    ]
+
+
+def test_openssh_host_key_is_the_published_one(
+    setup: tuple[WorkerPlane, list[WorkerInfo]],
+) -> None:
+    plane, infos = setup
+    for info in infos:
+        with socket.create_connection((info.ip, plane.ssh_port), timeout=5) as sock:
+            transport = paramiko.Transport(sock)
+            try:
+                transport.start_client(timeout=5)
+                server_key = transport.get_remote_server_key()
+                assert "OpenSSH" in transport.remote_version
+            finally:
+                transport.close()
+        assert f"{server_key.get_name()} {server_key.get_base64()}" == info.host_key
+
+
+def test_openssh_accepts_exactly_the_published_keys(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    plane, infos = setup
+    user = os_user()
+    late = new_key("late@ci")
+    with pytest.raises(asyncssh.PermissionDenied):
+        run(plane, infos[0], user, late, "true")
+    plane.set_metadata(NODE, {"ssh-keys": f"{key.metadata_line(user)}\n{late.metadata_line(user)}"})
+    assert run(plane, infos[0], user, late, "echo in").stdout == b"in\n"
+    plane.set_metadata(NODE, {"ssh-keys": key.metadata_line(user)})
+    with pytest.raises(asyncssh.PermissionDenied):
+        run(plane, infos[0], user, late, "true")
+
+
+def test_openssh_sftp_starts_in_the_worker_home(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey, tmp_path: Path
+) -> None:
+    plane, infos = setup
+    user = os_user()
+    local = tmp_path / "payload.bin"
+    local.write_bytes(os.urandom(100_000))
+
+    async def go() -> str:
+        async with (
+            await connect(plane, infos[0], user, key) as conn,
+            conn.start_sftp_client() as sftp,
+        ):
+            await sftp.put(str(local), "payload.bin")
+            return str(await sftp.realpath("."))
+
+    home = plane.vm_root(NODE, 0) / "home" / user
+    assert asyncio.run(go()) == str(home)
+    assert (home / "payload.bin").read_bytes() == local.read_bytes()
+
+
+@pytest.mark.skipif(
+    os.getuid() == 0,
+    reason="OpenSSH refuses SSH signal requests in root sessions "
+    "('session signalling requires privilege separation'); a TPU VM user is not root",
+)
+def test_openssh_forwards_signals(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    plane, infos = setup
+
+    async def go() -> asyncssh.SSHCompletedProcess:
+        async with await connect(plane, infos[0], os_user(), key) as conn:
+            process = await conn.create_process(
+                "trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.05; done"
+            )
+            assert await asyncio.wait_for(process.stdout.readline(), 10) == "ready\n"
+            process.send_signal("INT")
+            return await asyncio.wait_for(process.wait(), 10)
+
+    result = asyncio.run(go())
+    assert result.exit_status == 9 and "got-int" in str(result.stdout)
+
+
+def test_openssh_login_shell_with_pty(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    plane, infos = setup
+
+    async def go() -> str:
+        async with await connect(plane, infos[1], os_user(), key) as conn:
+            process = await conn.create_process(term_type="xterm", term_size=(80, 24))
+            process.stdin.write("echo cwd=$PWD; tty; exit\n")
+            output = await asyncio.wait_for(process.stdout.read(), 10)
+            await process.wait()
+            return str(output)
+
+    output = asyncio.run(go())
+    assert f"cwd={plane.vm_root(NODE, 1) / 'home' / os_user()}" in output
+    assert "/dev/pts/" in output
+
+
+def test_openssh_stop_node_kills_detached_processes(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    plane, infos = setup
+    user = os_user()
+    command = "setsid nohup sleep 300 >/dev/null 2>&1 & echo $!"
+    (pid,) = read_pids(run(plane, infos[0], user, key, command).stdout.decode())
+    wait_for(lambda: pid in plane.worker_processes(NODE, 0), 5, "the marker")
+    plane.stop_node(NODE, grace=0.5)
+    wait_for(lambda: not alive(pid), 5, "the process to die")
+    assert plane.worker_processes(NODE, 0) == []
+    assert run(plane, infos[0], user, key, "echo up").stdout == b"up\n"
+
+
+def test_openssh_faults(setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey) -> None:
+    plane, infos = setup
+    user = os_user()
+    plane.set_ssh_fault(NODE, 1, "refuse")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((infos[1].ip, plane.ssh_port), timeout=5).close()
+    plane.set_ssh_fault(NODE, 1, "hang")
+    with socket.create_connection((infos[1].ip, plane.ssh_port), timeout=5) as sock:
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)  # no banner from a stopped sshd
+    plane.set_ssh_fault(NODE, 1, None)
+    assert run(plane, infos[1], user, key, "echo ok").stdout == b"ok\n"

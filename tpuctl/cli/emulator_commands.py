@@ -1,0 +1,284 @@
+"""`tpuctl emulator …`: run the local Cloud TPU emulator and drive its faults."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from tpuctl.cli.options import app_context, output_option
+from tpuctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tpuctl.emulator.admin import AdminClient
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+@click.group("emulator")
+def emulator_group() -> None:
+    """Run and drive the local Cloud TPU emulator.
+
+    `tpuctl emulator start` prints TPU_EMULATOR_HOST and TPUCTL_SSH_PORT lines to export; the
+    other commands talk to the emulator named by TPU_EMULATOR_HOST.
+    """
+
+
+def _parse(parser: Callable[[Any], T], value: Any, flag: str) -> T:
+    try:
+        return parser(value)
+    except ValueError as error:
+        raise UsageError(f"{flag}: {error}") from None
+
+
+@emulator_group.command("start")
+@click.option("--port", type=int, default=0, show_default=True, help="gRPC port (0: any free).")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="VM disks, logs and events.jsonl (default: a temporary directory removed at exit).",
+)
+@click.option(
+    "--speed", type=float, default=1.0, show_default=True, help="Divide every delay by this."
+)
+@click.option(
+    "--capacity",
+    default="",
+    metavar="GEN=CHIPS,…",
+    help="Chips per generation pool, e.g. v4=64,v5e=256 (default 16384 each).",
+)
+@click.option(
+    "--grace",
+    default="300s",
+    show_default=True,
+    help="Autocheckpoint grace before a maintenance kill (divided by --speed).",
+)
+@click.option("--ssh-port", type=int, default=0, show_default=True, help="SSH port (0: any).")
+@click.option(
+    "--delay",
+    "delays",
+    multiple=True,
+    metavar="NAME=SECONDS",
+    help="Override a step delay (creating, waiting, provisioning, suspending, deleting, "
+    "reset, reboot, repair). Repeatable.",
+)
+@click.option("--verbose", "-v", is_flag=True, default=False, help="Log events to stderr.")
+def start(  # noqa: PLR0917 - click passes options positionally
+    port: int,
+    state_dir: Path | None,
+    speed: float,
+    capacity: str,
+    grace: str,
+    ssh_port: int,
+    delays: tuple[str, ...],
+    verbose: bool,
+) -> None:
+    """Run the emulator in the foreground until SIGINT or SIGTERM."""
+    from tpuctl.emulator.config import (
+        DEFAULT_CAPACITY_CHIPS,
+        GENERATIONS,
+        EmulatorConfig,
+        parse_capacity,
+        parse_delays,
+        parse_duration,
+    )
+    from tpuctl.emulator.server import Emulator
+
+    if speed <= 0:
+        raise UsageError("--speed must be positive")
+    pools = dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
+    pools.update(_parse(parse_capacity, capacity, "--capacity"))
+    config = EmulatorConfig(
+        port=port,
+        state_dir=state_dir,
+        speed=speed,
+        capacity=pools,
+        grace=_parse(parse_duration, grace, "--grace"),
+        ssh_port=ssh_port,
+        delays=_parse(parse_delays, list(delays), "--delay"),
+    )
+    if verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    emulator = Emulator(config)
+    try:
+        emulator.start()
+        sys.stdout.write(
+            f"TPU_EMULATOR_HOST={emulator.host}\nTPUCTL_SSH_PORT={emulator.ssh_port}\n"
+        )
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emulator.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def host_option(func: F) -> F:
+    return click.option(
+        "--host",
+        envvar="TPU_EMULATOR_HOST",
+        default=None,
+        help="The emulator (default: $TPU_EMULATOR_HOST).",
+    )(func)
+
+
+def _admin(host: str | None) -> AdminClient:
+    from tpuctl.emulator.admin import AdminClient
+
+    if not host:
+        raise UsageError(
+            "TPU_EMULATOR_HOST is not set",
+            hint="run `tpuctl emulator start` and export the lines it prints",
+        )
+    return AdminClient(host)
+
+
+def _show(data: Any, lines: Callable[[Any], list[str]]) -> None:
+    def human(console: Console) -> None:
+        for line in lines(data):
+            console.print(line, markup=False, highlight=False)
+
+    app_context().emit(data, human)
+
+
+def _kv(data: Any) -> list[str]:
+    return [f"{key}: {value}" for key, value in data.items()]
+
+
+@emulator_group.command("status")
+@host_option
+@output_option
+def status(host: str | None) -> None:
+    """Show capacity, queued resources and injected faults."""
+    with _admin(host) as admin:
+        data = admin.status()
+
+    def lines(data: dict[str, Any]) -> list[str]:
+        out = [f"emulator {data['host']}  ssh port {data['ssh_port']}  speed {data['speed']}"]
+        for gen, pool in data["capacity"].items():
+            out.append(f"  {gen:4} {pool['used']:>6}/{pool['total']} chips used")
+        for qr in data["queued_resources"]:
+            out.append(
+                f"  {qr['state']:22} {qr['name']} ({qr['nodes']} x {qr['accelerator_type']})"
+            )
+        out.append(f"  workers: {data['workers']}  api faults: {data['api_faults']}")
+        return out
+
+    _show(data, lines)
+
+
+@emulator_group.command("preempt")
+@click.argument("queued_resource")
+@host_option
+@output_option
+def preempt(queued_resource: str, host: str | None) -> None:
+    """Spot preemption: kill the VMs, nodes PREEMPTED, QR SUSPENDED (initiator SERVICE)."""
+    with _admin(host) as admin:
+        _show(admin.preempt(queued_resource), _kv)
+
+
+@emulator_group.command("fail-slice")
+@click.argument("queued_resource")
+@click.option("--slice", "slice_index", type=int, required=True, help="Slice (node) index.")
+@host_option
+@output_option
+def fail_slice(queued_resource: str, slice_index: int, host: str | None) -> None:
+    """Hardware failure: replace one slice with a fresh disk and restart all the others."""
+    with _admin(host) as admin:
+        _show(admin.fail_slice(queued_resource, slice_index), _kv)
+
+
+@emulator_group.command("maintenance")
+@click.argument("node")
+@click.option("--worker", type=int, default=0, show_default=True)
+@click.option("--at", default="0", help="When, from now, e.g. +30s (emulated time).")
+@host_option
+@output_option
+def maintenance(node: str, worker: int, at: str, host: str | None) -> None:
+    """Maintenance on a node: SIGTERM with the autocheckpoint grace (else kill), then reboot."""
+    with _admin(host) as admin:
+        _show(admin.maintenance(node, worker, at), _kv)
+
+
+@emulator_group.command("ssh-fault")
+@click.argument("node")
+@click.option("--worker", type=int, required=True)
+@click.option("--mode", type=click.Choice(["hang", "refuse", "none"]), required=True)
+@host_option
+@output_option
+def ssh_fault(node: str, worker: int, mode: str, host: str | None) -> None:
+    """Make one worker's SSH server hang or refuse connections (none: heal it)."""
+    with _admin(host) as admin:
+        _show(admin.ssh_fault(node, worker, mode), _kv)
+
+
+@emulator_group.command("api-fault")
+@click.option("--code", default=None, help="gRPC status code, e.g. UNAVAILABLE.")
+@click.option(
+    "--count",
+    type=int,
+    default=None,
+    help="How many next API calls fail (default 1 with --code; 0 clears).",
+)
+@click.option(
+    "--create-exhausted", type=int, default=None, help="Next N creates: RESOURCE_EXHAUSTED."
+)
+@host_option
+@output_option
+def api_fault(
+    code: str | None, count: int | None, create_exhausted: int | None, host: str | None
+) -> None:
+    """Fail the next API calls (0 clears)."""
+    if code is not None and count is None:
+        count = 1
+    with _admin(host) as admin:
+        _show(admin.api_fault(code, count, create_exhausted), _kv)
+
+
+@emulator_group.command("capacity")
+@click.argument("changes", nargs=-1, metavar="[GEN=CHIPS]...")
+@host_option
+@output_option
+def capacity(changes: tuple[str, ...], host: str | None) -> None:
+    """Show or change capacity pools; freed capacity lets waiting QRs proceed."""
+    from tpuctl.emulator.config import parse_capacity
+
+    parsed = _parse(parse_capacity, ",".join(changes), "capacity")
+    with _admin(host) as admin:
+        data = admin.capacity(parsed)
+    _show(
+        data,
+        lambda pools: [
+            f"{gen:4} {p['used']:>6}/{p['total']} chips used" for gen, p in pools.items()
+        ],
+    )
+
+
+@emulator_group.command("events")
+@click.option("--follow", "-f", is_flag=True, default=False, help="Keep printing new events.")
+@click.option("--since", type=int, default=0, show_default=True, help="First event number.")
+@host_option
+def events(follow: bool, since: int, host: str | None) -> None:
+    """The event log as JSON lines."""
+    import json
+
+    with _admin(host) as admin:
+        stream = admin.follow(since) if follow else iter(admin.events(since))
+        for event in stream:
+            sys.stdout.write(json.dumps(event) + "\n")
+            sys.stdout.flush()

@@ -1,0 +1,131 @@
+"""The admin gRPC service `tpuctl.emulator.v1.Admin`: faults, capacity, events, status (JSON)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from tpuctl.emulator.config import parse_duration
+from tpuctl.emulator.events import EventLog
+from tpuctl.emulator.service import ApiFaults
+from tpuctl.emulator.state import CloudTpu
+from tpuctl.emulator.status import ApiError, code_by_name, invalid
+
+log = logging.getLogger("tpuctl.emulator")
+
+ADMIN_SERVICE = "tpuctl.emulator.v1.Admin"
+MAX_EVENT_WAIT = 30.0  # seconds an Events call may long-poll
+
+JsonHandler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    value = json.loads(data.decode("utf-8") or "{}") if data else {}
+    if not isinstance(value, dict):
+        raise ValueError("an admin request is a JSON object")
+    return value
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value).encode("utf-8")
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"{key} must be an integer")
+    return value
+
+
+def _str(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{key} is required")
+    return value
+
+
+class AdminServicer:
+    def __init__(
+        self, cloud: CloudTpu, faults: ApiFaults, events: EventLog, info: dict[str, Any]
+    ) -> None:
+        self._cloud = cloud
+        self._faults = faults
+        self._events = events
+        self._info = info  # host, ssh_port, state_dir
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, JsonHandler] = {
+            "Status": self.status,
+            "Preempt": lambda b: self._cloud.preempt(_str(b, "queued_resource")),
+            "FailSlice": lambda b: self._cloud.fail_slice(
+                _str(b, "queued_resource"), _int(b, "slice")
+            ),
+            "Maintenance": self.maintenance,
+            "SshFault": self.ssh_fault,
+            "ApiFault": self.api_fault,
+            "Capacity": self.capacity,
+            "Events": self.events,
+        }
+        return grpc.method_handlers_generic_handler(
+            ADMIN_SERVICE, {name: self._wrap(fn) for name, fn in methods.items()}
+        )
+
+    def _wrap(self, fn: JsonHandler) -> grpc.RpcMethodHandler:
+        def call(request: dict[str, Any], context: grpc.ServicerContext) -> Any:
+            try:
+                return fn(request)
+            except ApiError as error:
+                context.abort(error.code, error.message)
+            except ValueError as error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            except Exception as error:
+                log.exception("admin call failed")
+                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {error}")
+
+        return grpc.unary_unary_rpc_method_handler(
+            call, request_deserializer=_decode, response_serializer=_encode
+        )
+
+    def status(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {**self._info, **self._cloud.status(), "api_faults": self._faults.snapshot()}
+
+    def maintenance(self, body: dict[str, Any]) -> dict[str, Any]:
+        at = body.get("at", 0)
+        after = parse_duration(at) if isinstance(at, str) else float(at)
+        return self._cloud.schedule_maintenance(_str(body, "node"), _int(body, "worker", 0), after)
+
+    def ssh_fault(self, body: dict[str, Any]) -> dict[str, Any]:
+        mode = body.get("mode")
+        if mode in ("none", ""):
+            mode = None
+        return self._cloud.set_ssh_fault(_str(body, "node"), _int(body, "worker", 0), mode)
+
+    def api_fault(self, body: dict[str, Any]) -> dict[str, Any]:
+        code = code_by_name(body["code"]) if body.get("code") else None
+        count = _int(body, "count") if "count" in body else None
+        exhausted = _int(body, "create_exhausted") if "create_exhausted" in body else None
+        result = self._faults.set(code, count, exhausted)
+        self._events.emit("api.fault.set", detail=json.dumps(result, sort_keys=True))
+        return result
+
+    def capacity(self, body: dict[str, Any]) -> dict[str, Any]:
+        changes = body.get("set") or {}
+        if not isinstance(changes, dict):
+            raise invalid("set must map generation to chips")
+        if not changes:
+            return {"capacity": self._cloud.capacity()}
+        parsed = {str(k): _int(changes, k) for k in changes}
+        return {"capacity": self._cloud.set_capacity(parsed)}
+
+    def events(self, body: dict[str, Any]) -> dict[str, Any]:
+        since = _int(body, "since", 0)
+        wait = min(float(body.get("wait", 0) or 0), MAX_EVENT_WAIT)
+        events = self._events.since(since, wait)
+        return {
+            "events": [event.to_dict() for event in events],
+            "next": events[-1].seq + 1 if events else since,
+        }

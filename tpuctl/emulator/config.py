@@ -1,0 +1,83 @@
+"""Emulator settings: ports, speed, capacity pools, delays and the maintenance grace."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from tpuctl.topology import FAMILIES
+
+GENERATIONS: tuple[str, ...] = tuple(family.generation for family in FAMILIES)
+DEFAULT_CAPACITY_CHIPS = 16384  # per generation: room for 64 × v4-128 with plenty to spare
+
+
+@dataclass(frozen=True)
+class Delays:
+    """Emulated seconds each step takes at --speed 1 (real seconds = value / speed)."""
+
+    creating: float = 1.0  # CREATING before WAITING_FOR_RESOURCES (the create LRO ends here)
+    waiting: float = 0.5  # the least time in WAITING_FOR_RESOURCES even with free capacity
+    provisioning: float = 3.0  # PROVISIONING, on top of the time to set up the VMs
+    suspending: float = 1.0  # SUSPENDING before SUSPENDED
+    deleting: float = 1.0  # DELETING, on top of the time to tear the VMs down
+    reset: float = 2.0  # VMs down during a reset
+    reboot: float = 2.0  # VMs down after maintenance
+    repair: float = 3.0  # replacing a failed slice
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(item.name for item in fields(cls))
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    port: int = 0
+    state_dir: Path | None = None  # None: a fresh temporary directory removed at exit
+    speed: float = 1.0
+    capacity: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
+    )
+    grace: float = 300.0  # autocheckpoint grace in emulated seconds (Cloud TPU: 5 minutes)
+    ssh_port: int = 0
+    delays: Delays = field(default_factory=Delays)
+    ssh_server: str = "asyncssh"
+
+
+_DURATION = re.compile(r"^\+?\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """`300`, `300s`, `5m`, `+30s`, `1.5h`, `250ms` → seconds."""
+    match = _DURATION.match(text.strip().lower())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 300s, 5m, 1h)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_capacity(text: str) -> dict[str, int]:
+    """`v4=64,v5e=256` → {"v4": 64, "v5e": 256} (chips per generation pool)."""
+    result: dict[str, int] = {}
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in GENERATIONS or not value.strip().isdigit():
+            raise ValueError(
+                f"bad capacity {part!r}: use GENERATION=CHIPS with GENERATION one of "
+                + ", ".join(GENERATIONS)
+            )
+        result[key] = int(value.strip())
+    return result
+
+
+def parse_delays(items: list[str] | tuple[str, ...], base: Delays | None = None) -> Delays:
+    """`["creating=2", "provisioning=10s"]` → Delays."""
+    delays = base or Delays()
+    changes: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in Delays.names():
+            raise ValueError(f"bad delay {item!r}: use NAME=SECONDS, NAME one of {Delays.names()}")
+        changes[key.strip()] = parse_duration(value)
+    return replace(delays, **changes)

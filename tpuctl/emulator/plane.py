@@ -1,0 +1,46 @@
+"""What the control plane needs from the worker plane (emulator/workers.py), as a Protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class WorkerInfoLike(Protocol):
+    """One TPU VM of a node: its index, loopback address and SSH host key."""
+
+    @property
+    def worker(self) -> int: ...
+
+    @property
+    def ip(self) -> str: ...
+
+    @property
+    def host_key(self) -> str: ...  # "ssh-ed25519 AAAA..."
+
+
+class WorkerPlaneAPI(Protocol):
+    """The worker plane's contract; every method may block and is called off the RPC threads."""
+
+    @property
+    def ssh_port(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def create_node(
+        self, identity: Any, metadata: dict[str, str], *, coordinator: str | None
+    ) -> Sequence[WorkerInfoLike]: ...
+
+    def set_metadata(self, node_id: str, metadata: dict[str, str]) -> None: ...
+
+    def boot(self, node_id: str) -> None: ...
+
+    def stop_node(self, node_id: str, grace: float | None) -> None: ...
+
+    def delete_node(self, node_id: str) -> None: ...
+
+    def replace_disk(self, node_id: str) -> None: ...
+
+    def set_ssh_fault(self, node_id: str, worker: int, mode: str | None) -> None: ...
+
+    def close(self) -> None: ...

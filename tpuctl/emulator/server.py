@@ -1,0 +1,145 @@
+"""Assemble the emulator (worker plane, state machine, gRPC servers) and run it until stopped."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tpuctl.emulator.admin_service import AdminServicer
+from tpuctl.emulator.clock import Clock
+from tpuctl.emulator.config import EmulatorConfig
+from tpuctl.emulator.events import EventLog
+from tpuctl.emulator.plane import WorkerPlaneAPI
+from tpuctl.emulator.service import ApiFaults, TpuServicer
+from tpuctl.emulator.state import CloudTpu
+
+log = logging.getLogger("tpuctl.emulator")
+
+LISTEN_HOST = "127.0.0.1"
+RPC_THREADS = 32
+
+
+class Emulator:
+    """`Emulator(config).start()` → `.host`, `.ssh_port`, `.state_dir`; `.close()` stops it all.
+
+    `plane` and `identity_factory` replace the real worker plane (tests of the control plane
+    alone); by default they come from tpuctl.emulator.workers.
+    """
+
+    def __init__(
+        self,
+        config: EmulatorConfig,
+        *,
+        plane: WorkerPlaneAPI | None = None,
+        identity_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        self.config = config
+        self._plane = plane
+        self._identity_factory = identity_factory
+        self._server: grpc.Server | None = None
+        self._cloud: CloudTpu | None = None
+        self._events: EventLog | None = None
+        self._owns_state_dir = config.state_dir is None
+        self.state_dir = Path(config.state_dir) if config.state_dir else Path()
+        self.host = ""
+        self.ssh_port = 0
+        self.faults: ApiFaults | None = None
+
+    @property
+    def cloud(self) -> CloudTpu:
+        assert self._cloud is not None, "start() first"
+        return self._cloud
+
+    def start(self) -> None:
+        config = self.config
+        if self._owns_state_dir:
+            self.state_dir = Path(tempfile.mkdtemp(prefix="tpuctl-emulator-"))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        clock = Clock(config.speed)
+        self._events = EventLog(clock, self.state_dir / "events.jsonl")
+        try:
+            plane = self._plane or self._real_plane()
+            self._plane = plane
+            plane.start()
+            self.ssh_port = plane.ssh_port
+            identity = self._identity_factory or _real_identity()
+            self._cloud = CloudTpu(config, plane, self._events, clock, identity)
+            self.faults = ApiFaults(self._events)
+            server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
+                options=[("grpc.so_reuseport", 0)],
+            )
+            port = server.add_insecure_port(f"{LISTEN_HOST}:{config.port}")
+            if port == 0:
+                raise OSError(f"cannot listen on {LISTEN_HOST}:{config.port}")
+            self.host = f"{LISTEN_HOST}:{port}"
+            info = {
+                "host": self.host,
+                "ssh_port": self.ssh_port,
+                "state_dir": str(self.state_dir),
+                "grace": config.grace,
+            }
+            server.add_generic_rpc_handlers(
+                [
+                    *TpuServicer(self._cloud, self.faults).handlers(),
+                    AdminServicer(self._cloud, self.faults, self._events, info).handler(),
+                ]
+            )
+            server.start()
+            self._server = server
+        except BaseException:
+            self.close()
+            raise
+        self._events.emit("emulator.start", detail=f"{self.host} ssh:{self.ssh_port}")
+
+    def close(self) -> None:
+        """Stop serving, kill every worker process, remove a temporary state dir. Idempotent."""
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(5)
+            self._server = None
+        if self._cloud is not None:
+            self._cloud.close()
+            self._cloud = None
+        if self._plane is not None:
+            try:
+                self._plane.close()
+            except Exception:
+                log.exception("closing the worker plane failed")
+            self._plane = None
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        if self._owns_state_dir and self.state_dir != Path():
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> Emulator:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _real_plane(self) -> WorkerPlaneAPI:
+        from tpuctl.emulator.workers import WorkerPlane
+
+        plane: WorkerPlaneAPI = WorkerPlane(
+            self.state_dir,
+            ssh_port=self.config.ssh_port,
+            speed=self.config.speed,
+            ssh_server=self.config.ssh_server,
+        )
+        return plane
+
+
+def _real_identity() -> Callable[..., Any]:
+    from tpuctl.emulator.workers import NodeIdentity
+
+    factory: Callable[..., Any] = NodeIdentity
+    return factory
