@@ -1,0 +1,321 @@
+"""The TPU API client: credentials, the emulator switch, retries, and API errors → tpuctl errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
+from tpuctl.errors import AuthError, NotFoundError, TpuctlError
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+RETRY_ENV = "TPUCTL_API_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 60.0
+DEFAULT_RPC_TIMEOUT = 30.0
+
+
+class AlreadyExistsError(TpuctlError):
+    """The service said ALREADY_EXISTS; create turns this into its idempotency check."""
+
+    kind = "already_exists"
+
+
+def load_credentials(
+    *, impersonate: str | None = None, environ: Mapping[str, str] | None = None
+) -> Any:
+    """Anonymous credentials for the emulator, else ADC (optionally impersonating an account)."""
+    env = os.environ if environ is None else environ
+    if is_emulator(env):
+        from google.auth.credentials import AnonymousCredentials
+
+        return AnonymousCredentials()  # type: ignore[no-untyped-call]
+    import google.auth
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except auth_exceptions.DefaultCredentialsError as error:
+        message = _no_credentials_message(env)
+        raise AuthError(message, hint=_login_hint(), cause=str(error)) from None
+    if impersonate:
+        from google.auth import impersonated_credentials
+
+        credentials = impersonated_credentials.Credentials(  # type: ignore[no-untyped-call]
+            source_credentials=credentials,
+            target_principal=impersonate,
+            target_scopes=[CLOUD_PLATFORM_SCOPE],
+            lifetime=3600,
+        )
+    return credentials
+
+
+def default_project(environ: Mapping[str, str] | None = None) -> str | None:
+    """google-auth's idea of the project (ADC file, GCE metadata); None when it has none."""
+    env = os.environ if environ is None else environ
+    if is_emulator(env):
+        return None
+    import google.auth
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        _credentials, project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except auth_exceptions.DefaultCredentialsError:
+        return None
+    return str(project) if project else None
+
+
+def _no_credentials_message(env: Mapping[str, str]) -> str:
+    explicit = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+    adc_file = gcloud_config_dir(env) / "application_default_credentials.json"
+    explicit_note = f"{explicit} (unusable)" if explicit else "unset"
+    adc_note = "present but unusable" if adc_file.exists() else "missing"
+    return (
+        "no Google Cloud credentials: looked at GOOGLE_APPLICATION_CREDENTIALS "
+        f"({explicit_note}), gcloud's ADC file {adc_file} ({adc_note}) and the GCE "
+        f"metadata server (not reachable); {EMULATOR_ENV} is unset so the emulator is not in use"
+    )
+
+
+def _login_hint() -> str:
+    return (
+        "run 'gcloud auth application-default login', or set GOOGLE_APPLICATION_CREDENTIALS "
+        "to a service-account key file"
+    )
+
+
+def make_tpu_client(
+    *, impersonate: str | None = None, environ: Mapping[str, str] | None = None
+) -> Any:
+    """A v2alpha1 TpuClient: insecure gRPC to TPU_EMULATOR_HOST, else the real endpoint."""
+    env = os.environ if environ is None else environ
+    credentials = load_credentials(impersonate=impersonate, environ=env)
+    from google.cloud import tpu_v2alpha1
+
+    host = env.get(EMULATOR_ENV)
+    if host:
+        import grpc
+        from google.cloud.tpu_v2alpha1.services.tpu.transports import TpuGrpcTransport
+
+        channel = grpc.insecure_channel(host)
+        transport = TpuGrpcTransport(channel=channel, credentials=None)
+        return tpu_v2alpha1.TpuClient(transport=transport)
+    return tpu_v2alpha1.TpuClient(credentials=credentials)
+
+
+def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
+    env = os.environ if environ is None else environ
+    raw = env.get(RETRY_ENV)
+    if not raw:
+        return DEFAULT_RETRY_SECONDS
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return DEFAULT_RETRY_SECONDS
+
+
+def make_retry(*, total_seconds: float, reads: bool) -> Any:
+    """Retry UNAVAILABLE and DEADLINE_EXCEEDED (and RESOURCE_EXHAUSTED on reads) for a while.
+
+    RESOURCE_EXHAUSTED on a create is quota or an insufficient reservation: retrying would
+    only hide it. Permission and argument errors are never retried.
+    """
+    from google.api_core import exceptions as api_exceptions
+    from google.api_core import retry as api_retry
+
+    transient: tuple[type[Exception], ...] = (
+        api_exceptions.ServiceUnavailable,
+        api_exceptions.DeadlineExceeded,
+    )
+    if reads:
+        transient = (*transient, api_exceptions.ResourceExhausted)
+    return api_retry.Retry(
+        predicate=api_retry.if_exception_type(*transient),
+        initial=0.25,
+        maximum=4.0,
+        multiplier=2.0,
+        timeout=total_seconds,
+    )
+
+
+@contextmanager
+def api_errors(action: str, target: str) -> Iterator[None]:
+    """The one place google.api_core exceptions become tpuctl errors (with what to do next)."""
+    from google.api_core import exceptions as api_exceptions
+
+    try:
+        yield
+    except api_exceptions.RetryError as error:
+        cause = error.cause
+        raise TpuctlError(
+            f"{action} {target}: the TPU API kept failing ({_reason(cause)}); gave up retrying",
+            hint=f"try again later, or raise {RETRY_ENV}",
+            resource=target,
+        ) from None
+    except api_exceptions.NotFound as error:
+        raise NotFoundError(f"{target} not found", hint=_reason(error), resource=target) from None
+    except (api_exceptions.PermissionDenied, api_exceptions.Unauthenticated) as error:
+        raise AuthError(
+            f"{action} {target}: permission denied: {_reason(error)}",
+            hint="check the account has roles/tpu.admin in the project, or pass "
+            "--impersonate-service-account",
+            resource=target,
+        ) from None
+    except api_exceptions.AlreadyExists as error:
+        raise AlreadyExistsError(f"{target} already exists: {_reason(error)}") from None
+    except (api_exceptions.InvalidArgument, api_exceptions.FailedPrecondition) as error:
+        raise TpuctlError(
+            f"{action} {target}: the TPU API refused: {_reason(error)}",
+            hint=_explain(action, error),
+            resource=target,
+            status=_status_name(error),
+        ) from None
+    except api_exceptions.GoogleAPICallError as error:
+        raise TpuctlError(
+            f"{action} {target}: {_status_name(error)}: {_reason(error)}", resource=target
+        ) from None
+
+
+def _reason(error: BaseException | None) -> str:
+    if error is None:
+        return "no reason given"
+    message = getattr(error, "message", None) or str(error)
+    return str(message).strip() or type(error).__name__
+
+
+def _status_name(error: Any) -> str:
+    code = getattr(error, "grpc_status_code", None)
+    return str(getattr(code, "name", None) or type(error).__name__)
+
+
+def _explain(action: str, error: Any) -> str | None:
+    """What a person should do about the service's FAILED_PRECONDITION / INVALID_ARGUMENT."""
+    from google.api_core import exceptions as api_exceptions
+
+    text = _reason(error).lower()
+    if isinstance(error, api_exceptions.FailedPrecondition):
+        if action == "delete":
+            return "the queued resource still has nodes: pass --force to delete them with it"
+        if action == "reset":
+            return "only an ACTIVE queued resource can be reset; see 'tpuctl status'"
+    if action == "create" and "multislice" in text:
+        return "multislice needs v4 or newer"
+    return None
+
+
+@dataclass
+class TpuApi:
+    """The calls tpuctl makes, with retries, timeouts and error mapping applied uniformly.
+
+    `client` is a `tpu_v2alpha1.TpuClient` (typed Any: the generated client has no stubs).
+    """
+
+    client: Any
+    location: Location
+    retry_total: float = DEFAULT_RETRY_SECONDS
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT
+
+    def _read_retry(self) -> Any:
+        return make_retry(total_seconds=self.retry_total, reads=True)
+
+    def _write_retry(self) -> Any:
+        return make_retry(total_seconds=self.retry_total, reads=False)
+
+    def qr_name(self, queued_resource_id: str) -> str:
+        if queued_resource_id.startswith("projects/"):
+            return queued_resource_id
+        return self.location.queued_resource_name(queued_resource_id)
+
+    def get_queued_resource(self, queued_resource_id: str) -> Any:
+        name = self.qr_name(queued_resource_id)
+        with api_errors("get", name):
+            return self.client.get_queued_resource(
+                name=name, retry=self._read_retry(), timeout=self.rpc_timeout
+            )
+
+    def find_queued_resource(self, queued_resource_id: str) -> Any | None:
+        """The queued resource, or None when it does not exist."""
+        try:
+            return self.get_queued_resource(queued_resource_id)
+        except NotFoundError:
+            return None
+
+    def list_queued_resources(self) -> list[Any]:
+        parent = self.location.parent
+        with api_errors("list queued resources in", parent):
+            pager = self.client.list_queued_resources(
+                parent=parent, retry=self._read_retry(), timeout=self.rpc_timeout
+            )
+            return list(pager)
+
+    def create_queued_resource(self, request: Any) -> Any:
+        """Send a create; every retry carries the request's one request_id (no duplicates)."""
+        name = f"{request.parent}/queuedResources/{request.queued_resource_id}"
+        with api_errors("create", name):
+            return self.client.create_queued_resource(
+                request=request, retry=self._write_retry(), timeout=self.rpc_timeout
+            )
+
+    def delete_queued_resource(
+        self, queued_resource_id: str, *, force: bool, request_id: str | None = None
+    ) -> Any:
+        from google.cloud import tpu_v2alpha1
+
+        name = self.qr_name(queued_resource_id)
+        request = tpu_v2alpha1.DeleteQueuedResourceRequest(
+            name=name, force=force, request_id=request_id or ""
+        )
+        with api_errors("delete", name):
+            return self.client.delete_queued_resource(
+                request=request, retry=self._write_retry(), timeout=self.rpc_timeout
+            )
+
+    def reset_queued_resource(self, queued_resource_id: str) -> Any:
+        name = self.qr_name(queued_resource_id)
+        with api_errors("reset", name):
+            return self.client.reset_queued_resource(
+                name=name, retry=self._write_retry(), timeout=self.rpc_timeout
+            )
+
+    def list_nodes(self) -> list[Any]:
+        parent = self.location.parent
+        with api_errors("list nodes in", parent):
+            pager = self.client.list_nodes(
+                parent=parent, retry=self._read_retry(), timeout=self.rpc_timeout
+            )
+            return list(pager)
+
+    def get_node(self, node_name: str) -> Any | None:
+        """The node, or None when it does not exist (yet, or any more)."""
+        try:
+            with api_errors("get", node_name):
+                return self.client.get_node(
+                    name=node_name, retry=self._read_retry(), timeout=self.rpc_timeout
+                )
+        except NotFoundError:
+            return None
+
+    def wait_operation(self, operation: Any, *, timeout: float, action: str, target: str) -> bool:
+        """Wait for a long-running operation; False when it is still running at `timeout`."""
+        import concurrent.futures
+
+        with api_errors(action, target):
+            try:
+                operation.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                return False
+        return True
+
+
+def connect(
+    location: Location,
+    *,
+    impersonate: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> TpuApi:
+    """A ready TpuApi for a resolved location (credentials are loaded here, once)."""
+    env = os.environ if environ is None else environ
+    client = make_tpu_client(impersonate=impersonate, environ=env)
+    return TpuApi(client=client, location=location, retry_total=retry_seconds(env))

@@ -1,0 +1,244 @@
+"""Queued resources and nodes (v2alpha1 protos) → the plain dicts tpuctl prints and compares.
+
+Pure: no API calls. The shapes here are the documented JSON of status, list and create
+(docs/output.md); a contract test pins their keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuctl.render.request import JOB_LABEL, MANAGED_BY_LABEL, SPEC_HASH_LABEL
+
+UNSET_ENUMS = frozenset({"STATE_UNSPECIFIED", "STATE_INITIATOR_UNSPECIFIED", "HEALTH_UNSPECIFIED"})
+
+
+@dataclass(frozen=True)
+class Template:
+    """What a queued resource asks for, read back from its first node spec."""
+
+    accelerator: str
+    runtime: str
+    slices: int
+    tier: str
+    reservation: str | None
+    labels: dict[str, str]
+    node_ids: list[str]
+
+
+def short_name(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def enum_name(value: Any) -> str | None:
+    """A proto enum's name, or None for the *_UNSPECIFIED zero value."""
+    name = getattr(value, "name", None)
+    if name is None or name in UNSET_ENUMS:
+        return None
+    return str(name)
+
+
+def state_name(queued_resource: Any) -> str:
+    return str(getattr(queued_resource.state.state, "name", "STATE_UNSPECIFIED"))
+
+
+def timestamp(value: Any) -> datetime | None:
+    """A proto-plus timestamp (DatetimeWithNanoseconds) as an aware datetime; None when unset."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.timestamp() <= 0:
+            return None
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    seconds = getattr(value, "seconds", 0)
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def tier_of(queued_resource: Any) -> str:
+    """spot | reserved | guaranteed | best-effort | on-demand (no tier field set)."""
+    message = type(queued_resource).pb(queued_resource)
+    which = message.WhichOneof("tier")
+    if which == "spot":
+        return "spot"
+    if which == "best_effort":
+        return "best-effort"
+    if which == "guaranteed":
+        return "reserved" if queued_resource.guaranteed.reserved else "guaranteed"
+    return "on-demand"
+
+
+def template_of(queued_resource: Any) -> Template:
+    specs = list(queued_resource.tpu.node_spec)
+    if not specs:
+        return Template("", "", 0, tier_of(queued_resource), None, {}, [])
+    node_ids: list[str] = []
+    slices = 0
+    for node_spec in specs:
+        params = node_spec.multi_node_params
+        if params.node_count > 0:
+            prefix = params.node_id_prefix or short_name(queued_resource.name)
+            node_ids.extend(f"{prefix}-{index}" for index in range(params.node_count))
+            slices += params.node_count
+        else:
+            node_ids.append(node_spec.node_id)
+            slices += 1
+    node = specs[0].node
+    accelerator = node.accelerator_type
+    if not accelerator and node.accelerator_config.topology:
+        config_type = getattr(node.accelerator_config.type_, "name", "")
+        accelerator = f"{config_type.lower()}:{node.accelerator_config.topology}"
+    return Template(
+        accelerator=accelerator,
+        runtime=node.runtime_version,
+        slices=slices,
+        tier=tier_of(queued_resource),
+        reservation=queued_resource.reservation_name or None,
+        labels=dict(node.labels),
+        node_ids=node_ids,
+    )
+
+
+def failure_of(queued_resource: Any) -> dict[str, Any] | None:
+    state = queued_resource.state
+    message = type(state).pb(state)
+    if message.WhichOneof("state_data") != "failed_data" and state_name(queued_resource) != (
+        "FAILED"
+    ):
+        return None
+    error = message.failed_data.error
+    if not error.message and not error.code:
+        return {"code": None, "message": "no reason given by the service"}
+    return {"code": error.code or None, "message": error.message or None}
+
+
+def state_since(
+    queued_resource: Any, nodes: list[Any], now: datetime
+) -> tuple[datetime | None, str]:
+    """When the current state began, as well as the API lets us know, and how we know.
+
+    v2alpha1 state data carries no timestamps. Queueing states began at create_time; once
+    nodes exist, provisioning began no earlier than the first node's create_time, and ACTIVE
+    no earlier than the last one's. Otherwise all we know is create_time.
+    """
+    created = timestamp(queued_resource.create_time)
+    state = state_name(queued_resource)
+    node_times = sorted(t for t in (timestamp(n.create_time) for n in nodes) if t is not None)
+    if state in ("PROVISIONING",) and node_times:
+        return node_times[0], "first_node_create_time"
+    if state == "ACTIVE" and node_times:
+        return node_times[-1], "last_node_create_time"
+    return created, "create_time"
+
+
+def worker_of(index: int, endpoint: Any) -> dict[str, Any]:
+    external = endpoint.access_config.external_ip if endpoint.access_config else ""
+    return {
+        "worker": index,
+        "internal_ip": endpoint.ip_address or None,
+        "external_ip": external or None,
+    }
+
+
+def node_summary(node_id: str, node: Any | None) -> dict[str, Any]:
+    if node is None:
+        return {
+            "name": node_id,
+            "state": None,
+            "health": None,
+            "health_description": None,
+            "accelerator": None,
+            "workers": [],
+        }
+    return {
+        "name": short_name(node.name) or node_id,
+        "state": enum_name(node.state),
+        "health": enum_name(node.health),
+        "health_description": node.health_description or None,
+        "accelerator": node.accelerator_type or None,
+        "workers": [worker_of(i, ep) for i, ep in enumerate(node.network_endpoints)],
+    }
+
+
+def queued_resource_summary(
+    queued_resource: Any,
+    *,
+    project: str,
+    zone: str,
+    nodes: dict[str, Any | None] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The `status` object: one stable shape (docs/output.md)."""
+    moment = now or datetime.now(timezone.utc)
+    template = template_of(queued_resource)
+    node_map = nodes or {}
+    present = [node for node in node_map.values() if node is not None]
+    since, since_source = state_since(queued_resource, present, moment)
+    labels = template.labels
+    # max(0): the service's clock may run a little ahead of ours.
+    in_state = round(max(0.0, (moment - since).total_seconds()), 1) if since else None
+    return {
+        "name": short_name(queued_resource.name),
+        "resource": queued_resource.name,
+        "project": project,
+        "zone": zone,
+        "state": state_name(queued_resource),
+        "state_initiator": enum_name(queued_resource.state.state_initiator),
+        "state_since": since,
+        "state_since_source": since_source,
+        "in_state_seconds": in_state,
+        "create_time": timestamp(queued_resource.create_time),
+        "failure": failure_of(queued_resource),
+        "tier": template.tier,
+        "reservation": template.reservation,
+        "accelerator": template.accelerator,
+        "runtime": template.runtime,
+        "slices": template.slices,
+        "managed_by_tpuctl": labels.get(MANAGED_BY_LABEL) == "tpuctl",
+        "job": labels.get(JOB_LABEL),
+        "spec_hash": labels.get(SPEC_HASH_LABEL),
+        "nodes": [node_summary(node_id, node_map.get(node_id)) for node_id in template.node_ids],
+    }
+
+
+def list_entry(queued_resource: Any) -> dict[str, Any]:
+    """One row of `tpuctl list`."""
+    template = template_of(queued_resource)
+    return {
+        "name": short_name(queued_resource.name),
+        "state": state_name(queued_resource),
+        "state_initiator": enum_name(queued_resource.state.state_initiator),
+        "accelerator": template.accelerator,
+        "slices": template.slices,
+        "tier": template.tier,
+        "create_time": timestamp(queued_resource.create_time),
+        "managed_by_tpuctl": template.labels.get(MANAGED_BY_LABEL) == "tpuctl",
+        "job": template.labels.get(JOB_LABEL),
+    }
+
+
+def is_managed(queued_resource: Any) -> bool:
+    return template_of(queued_resource).labels.get(MANAGED_BY_LABEL) == "tpuctl"
+
+
+def differences(existing: Any, wanted: Any) -> list[dict[str, Any]]:
+    """Fields where an existing queued resource differs from the one a spec asks for."""
+    have, want = template_of(existing), template_of(wanted)
+    pairs: list[tuple[str, Any, Any]] = [
+        ("accelerator", have.accelerator, want.accelerator),
+        ("runtime", have.runtime, want.runtime),
+        ("tier", have.tier, want.tier),
+        ("slices", have.slices, want.slices),
+        ("reservation", have.reservation, want.reservation),
+        ("spec_hash", have.labels.get(SPEC_HASH_LABEL), want.labels.get(SPEC_HASH_LABEL)),
+    ]
+    return [
+        {"field": field, "existing": old, "spec": new} for field, old, new in pairs if old != new
+    ]
+
+
+def format_differences(diffs: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{d['field']}: {d['existing']} → {d['spec']}" for d in diffs)

@@ -1,0 +1,502 @@
+"""Queued-resource lifecycle: idempotent create, wait with give-up policy, status, reset, delete.
+
+Each function takes a `TpuApi` and returns plain data; failures are tpuctl errors carrying the
+facts a script needs (name, state, what was deleted). Nothing here prints: progress goes to the
+`on_event` callback the caller passes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuctl.cloud import describe
+from tpuctl.cloud.client import AlreadyExistsError, TpuApi
+from tpuctl.cloud.watcher import (
+    GONE,
+    QUEUE_STATES,
+    Clock,
+    Observation,
+    Outcome,
+    Watcher,
+    WatchEvent,
+    WatchPolicy,
+    WatchResult,
+)
+from tpuctl.errors import (
+    DeadlineError,
+    Interrupted,
+    NotFoundError,
+    PreemptedError,
+    QueuedResourceFailed,
+    TpuctlError,
+)
+from tpuctl.spec.model import Spec
+
+EventCallback = Callable[[WatchEvent], None]
+DEFAULT_DELETE_TIMEOUT = 600.0
+DEFAULT_OPERATION_TIMEOUT = 120.0
+# States in which a queued resource has no nodes to look up.
+_NODELESS_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "SUSPENDED"})
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def delete_command(api: TpuApi, name: str, *, force: bool = True) -> str:
+    flags = " --force" if force else ""
+    return f"tpuctl delete {name} {api.location.cli_flags()}{flags} --yes"
+
+
+def status_command(api: TpuApi, name: str) -> str:
+    return f"tpuctl status {name} {api.location.cli_flags()}"
+
+
+# ----------------------------------------------------------------------------------- status
+
+
+def status(api: TpuApi, name: str, *, now: datetime | None = None) -> dict[str, Any]:
+    """The status object for one queued resource (NotFoundError when it does not exist)."""
+    queued_resource = api.get_queued_resource(name)
+    nodes: dict[str, Any | None] = {}
+    if describe.state_name(queued_resource) not in _NODELESS_STATES:
+        wanted = set(describe.template_of(queued_resource).node_ids)
+        for node in api.list_nodes():
+            node_id = describe.short_name(node.name)
+            if node_id in wanted:
+                nodes[node_id] = node
+    return describe.queued_resource_summary(
+        queued_resource,
+        project=api.location.project,
+        zone=api.location.zone,
+        nodes=nodes,
+        now=now or _now(),
+    )
+
+
+def list_queued_resources(api: TpuApi, *, include_all: bool = False) -> dict[str, Any]:
+    """tpuctl's queued resources in the zone (all of them with include_all)."""
+    entries = [
+        describe.list_entry(qr)
+        for qr in api.list_queued_resources()
+        if include_all or describe.is_managed(qr)
+    ]
+    entries.sort(key=lambda entry: str(entry["name"]))
+    return {
+        "project": api.location.project,
+        "zone": api.location.zone,
+        "all": include_all,
+        "queued_resources": entries,
+    }
+
+
+# ----------------------------------------------------------------------------------- create
+
+
+@dataclass
+class CreatePlan:
+    """A create about to be sent: the request and its one request_id (reused by retries)."""
+
+    spec: Spec
+    request: Any
+    request_id: str
+
+    @property
+    def name(self) -> str:
+        return str(self.request.queued_resource_id)
+
+
+def plan_create(
+    spec: Spec, *, project: str, zone: str, request_id: str | None = None
+) -> CreatePlan:
+    from tpuctl.render.request import render_request
+
+    rid = request_id or str(uuid.uuid4())
+    request = render_request(spec, project=project, zone=zone, request_id=rid, now=_now())
+    return CreatePlan(spec=spec, request=request, request_id=rid)
+
+
+def create(
+    api: TpuApi,
+    plan: CreatePlan,
+    *,
+    delete_on_interrupt: bool = False,
+    operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
+) -> dict[str, Any]:
+    """Create the queued resource, or accept an existing one made from the same spec.
+
+    Returns {"action": "created"|"exists", "name", "request_id", "queued_resource"}. A
+    same-named one made from another spec is an error listing what differs (exit 1); a FAILED
+    or SUSPENDED one is reported with the command that clears it (exit 6 / 7).
+    """
+    name = plan.name
+    existing = api.find_queued_resource(name)
+    if existing is not None:
+        return _accept_existing(api, plan, existing)
+    try:
+        operation = api.create_queued_resource(plan.request)
+        api.wait_operation(operation, timeout=operation_timeout, action="create", target=name)
+        summary = status(api, name)
+    except AlreadyExistsError:
+        # Lost a race, or a retried create whose first attempt got through: same check.
+        existing = api.find_queued_resource(name)
+        if existing is None:
+            raise
+        return _accept_existing(api, plan, existing)
+    except KeyboardInterrupt:
+        raise interrupted(api, name, None, delete_on_interrupt, during="creating") from None
+    return {
+        "action": "created",
+        "name": name,
+        "request_id": plan.request_id,
+        "queued_resource": summary,
+    }
+
+
+def _accept_existing(api: TpuApi, plan: CreatePlan, existing: Any) -> dict[str, Any]:
+    name = plan.name
+    state = describe.state_name(existing)
+    diffs = describe.differences(existing, plan.request.queued_resource)
+    if diffs:
+        raise TpuctlError(
+            f"{name} already exists and differs from the spec "
+            f"({describe.format_differences(diffs)})",
+            hint=f"pick another name, or delete it first: {delete_command(api, name)}",
+            name=name,
+            state=state,
+            differences=diffs,
+        )
+    clear = delete_command(api, name, force=False)
+    if state == "FAILED":
+        failure = describe.failure_of(existing) or {}
+        raise QueuedResourceFailed(
+            f"{name} exists from this spec but is FAILED ({failure.get('message')}); "
+            "it keeps its name until deleted",
+            hint=f"clear it with: {clear}",
+            name=name,
+            state=state,
+        )
+    if state in ("SUSPENDED", "SUSPENDING"):
+        raise PreemptedError(
+            f"{name} exists from this spec but is {state} "
+            f"(initiator {describe.enum_name(existing.state.state_initiator) or 'unknown'}); "
+            "a suspended queued resource is never re-allocated and holds its name and quota",
+            hint=f"clear it with: {clear}",
+            name=name,
+            state=state,
+        )
+    if state == "DELETING":
+        raise TpuctlError(
+            f"{name} is being deleted", hint="wait until it is gone, then create again", name=name
+        )
+    return {
+        "action": "exists",
+        "name": name,
+        "request_id": None,
+        "queued_resource": status(api, name),
+    }
+
+
+# ------------------------------------------------------------------------------------- wait
+
+
+def observe(api: TpuApi, name: str) -> Observation:
+    """One poll: the queued resource's state, or DELETED when Get says NOT_FOUND."""
+    queued_resource = api.find_queued_resource(name)
+    if queued_resource is None:
+        return Observation(state=GONE)
+    failure = describe.failure_of(queued_resource)
+    return Observation(
+        state=describe.state_name(queued_resource),
+        initiator=describe.enum_name(queued_resource.state.state_initiator),
+        failure=failure.get("message") if failure else None,
+    )
+
+
+@dataclass
+class WaitOptions:
+    policy: WatchPolicy = field(default_factory=WatchPolicy)
+    keep_on_timeout: bool = False
+    delete_on_interrupt: bool = False
+    delete_timeout: float = DEFAULT_DELETE_TIMEOUT
+
+
+def wait(
+    api: TpuApi,
+    name: str,
+    options: WaitOptions,
+    *,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
+) -> dict[str, Any]:
+    """Wait for `options.policy.until`; on a deadline delete what it gave up on (unless kept).
+
+    Returns the wait object of docs/output.md. Raises DeadlineError (4), QueuedResourceFailed
+    (6), PreemptedError (7), NotFoundError (5) or Interrupted (130), each with name and state.
+    """
+    watcher = Watcher(lambda: observe(api, name), options.policy, clock=clock, on_event=on_event)
+    try:
+        result = watcher.run()
+    except KeyboardInterrupt:
+        raise interrupted(
+            api, name, watcher.last, options.delete_on_interrupt, during="waiting for"
+        ) from None
+    if result.outcome is Outcome.REACHED:
+        return _wait_summary(api, name, options.policy.until, result)
+    raise _wait_failure(api, name, options, result, on_event=on_event, clock=clock)
+
+
+def _wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> dict[str, Any]:
+    queued_resource = None if result.state == GONE else status(api, name)
+    return {
+        "name": name,
+        "target": target,
+        "outcome": result.outcome.value,
+        "state": result.state,
+        "elapsed_seconds": round(result.elapsed, 1),
+        "polls": result.polls,
+        "transitions": [{"state": t.state, "at": t.at} for t in result.transitions],
+        "warnings": result.warnings,
+        "queued_resource": queued_resource,
+    }
+
+
+def _wait_failure(
+    api: TpuApi,
+    name: str,
+    options: WaitOptions,
+    result: WatchResult,
+    *,
+    on_event: EventCallback | None,
+    clock: Clock | None,
+) -> TpuctlError:
+    observation = result.observation
+    state = result.state
+    facts: dict[str, Any] = {"name": name, "state": state, "elapsed_seconds": round(result.elapsed)}
+    if result.outcome is Outcome.FAILED:
+        return QueuedResourceFailed(
+            f"{name} FAILED: {observation.failure or 'no reason given by the service'}",
+            hint="it keeps its name (and may hold quota) until deleted: "
+            + delete_command(api, name),
+            reason=observation.failure,
+            **facts,
+        )
+    if result.outcome is Outcome.SUSPENDED:
+        initiator = observation.initiator or "unknown"
+        cause = "preempted by the service" if initiator == "SERVICE" else f"by {initiator}"
+        return PreemptedError(
+            f"{name} is {state} ({cause}); a suspended queued resource is never re-allocated",
+            hint=f"delete it and create it again: {delete_command(api, name, force=False)}",
+            initiator=observation.initiator,
+            **facts,
+        )
+    if result.outcome is Outcome.GONE:
+        if len(result.transitions) == 1:
+            return NotFoundError(
+                f"queued resource {name} not found in {api.location.parent}", **facts
+            )
+        return NotFoundError(f"{name} was deleted while waiting for it", **facts)
+    # A deadline: give up, and unless told to keep it, cancel what was given up on so it can
+    # never be filled later and boot orphan workers.
+    phase = "queueing" if state in QUEUE_STATES else "provisioning"
+    limit = (
+        options.policy.queue_timeout
+        if result.outcome is Outcome.QUEUE_DEADLINE
+        else options.policy.provision_timeout
+        if result.outcome is Outcome.PROVISION_DEADLINE
+        else options.policy.overall_timeout
+    )
+    what = f"{name} still {state} after the {phase} deadline ({_seconds(limit)})"
+    if options.keep_on_timeout:
+        return DeadlineError(
+            f"{what}; kept it (--keep-on-timeout)",
+            hint=f"delete it when done: {delete_command(api, name)}",
+            phase=phase,
+            deleted=False,
+            **facts,
+        )
+    deleted = delete(
+        api,
+        name,
+        force=True,
+        wait_until_gone=True,
+        timeout=options.delete_timeout,
+        on_event=on_event,
+        clock=clock,
+    )
+    gone = deleted["action"] == "deleted"
+    return DeadlineError(
+        f"{what}; deleted it" if gone else f"{what}; deletion requested",
+        hint=None if gone else f"check it is gone: {status_command(api, name)}",
+        phase=phase,
+        deleted=True,
+        **facts,
+    )
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "no limit"
+    total = int(value)
+    if total % 3600 == 0 and total:
+        return f"{total // 3600}h"
+    if total % 60 == 0 and total:
+        return f"{total // 60}m"
+    return f"{value:g}s"
+
+
+def interrupted(
+    api: TpuApi, name: str, last: Observation | None, delete_it: bool, *, during: str
+) -> Interrupted:
+    """Ctrl-C: ask nothing; say what is left and the exact command, or delete it when asked."""
+    state = last.state if last is not None else "unknown (the create may or may not have landed)"
+    if delete_it:
+        try:
+            api.delete_queued_resource(name, force=True)
+        except NotFoundError:
+            return Interrupted(
+                f"interrupted while {during} {name}; it does not exist, nothing to delete",
+                name=name,
+                state=state,
+                deleted=False,
+            )
+        return Interrupted(
+            f"interrupted while {during} {name} (state {state}); deletion requested "
+            "(--delete-on-interrupt)",
+            hint=f"check it is gone: {status_command(api, name)}",
+            name=name,
+            state=state,
+            deleted=True,
+        )
+    command = delete_command(api, name)
+    return Interrupted(
+        f"interrupted while {during} {name} (state {state}); it was left in place",
+        hint=f"delete it with: {command}",
+        name=name,
+        state=state,
+        deleted=False,
+        delete_command=command,
+    )
+
+
+# ----------------------------------------------------------------------------------- delete
+
+
+def delete(
+    api: TpuApi,
+    name: str,
+    *,
+    force: bool = False,
+    wait_until_gone: bool = True,
+    ignore_missing: bool = False,
+    timeout: float = DEFAULT_DELETE_TIMEOUT,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
+) -> dict[str, Any]:
+    """Delete; unless `wait_until_gone` is False, poll Get until NOT_FOUND (bounded).
+
+    Returns {"name", "action": "deleted"|"delete_requested"|"missing", "force", "state"}.
+    """
+    existing = api.find_queued_resource(name)
+    if existing is None:
+        if ignore_missing:
+            return {"name": name, "action": "missing", "force": force, "state": None}
+        raise NotFoundError(
+            f"queued resource {name} not found in {api.location.parent}",
+            hint="pass --ignore-missing to treat that as success",
+            name=name,
+        )
+    state = describe.state_name(existing)
+    if state != "DELETING":
+        try:
+            api.delete_queued_resource(name, force=force, request_id=str(uuid.uuid4()))
+        except NotFoundError:
+            if ignore_missing:
+                return {"name": name, "action": "missing", "force": force, "state": state}
+            raise
+        except TpuctlError as error:
+            if error.details.get("status") == "FAILED_PRECONDITION" and not force:
+                raise TpuctlError(
+                    f"cannot delete {name} without --force: it is {state} and still has nodes "
+                    f"(the service said: {error.message.split('refused: ', 1)[-1]})",
+                    hint=f"delete its nodes with it: {delete_command(api, name)}",
+                    name=name,
+                    state=state,
+                ) from None
+            raise
+    if not wait_until_gone:
+        return {"name": name, "action": "delete_requested", "force": force, "state": state}
+    policy = WatchPolicy(until=GONE, overall_timeout=timeout)
+    watcher = Watcher(lambda: observe(api, name), policy, clock=clock, on_event=on_event)
+    result = watcher.run()
+    if result.outcome is Outcome.REACHED:
+        return {"name": name, "action": "deleted", "force": force, "state": state}
+    if result.outcome is Outcome.DEADLINE:
+        raise DeadlineError(
+            f"{name} still {result.state} {_seconds(timeout)} after the delete request",
+            hint=f"check later: {status_command(api, name)}",
+            name=name,
+            state=result.state,
+        )
+    # FAILED / SUSPENDED while deleting: the delete did not take; say so.
+    raise TpuctlError(
+        f"{name} went {result.state} instead of away after the delete request",
+        hint=f"try again: {delete_command(api, name)}",
+        name=name,
+        state=result.state,
+    )
+
+
+# ------------------------------------------------------------------------------------ reset
+
+
+def reset(
+    api: TpuApi,
+    name: str,
+    *,
+    wait_for_active: bool = False,
+    timeout: float = DEFAULT_DELETE_TIMEOUT,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
+) -> dict[str, Any]:
+    """Reset every VM of an ACTIVE queued resource; with `wait_for_active`, wait it out."""
+    queued_resource = api.get_queued_resource(name)
+    state = describe.state_name(queued_resource)
+    if state != "ACTIVE":
+        raise TpuctlError(
+            f"cannot reset {name}: it is {state}, and only an ACTIVE queued resource can be reset",
+            hint=f"see {status_command(api, name)}",
+            name=name,
+            state=state,
+        )
+    operation = api.reset_queued_resource(name)
+    operation_name = getattr(getattr(operation, "operation", None), "name", None)
+    if not wait_for_active:
+        return {
+            "name": name,
+            "action": "reset_requested",
+            "operation": operation_name,
+            "state": None,
+        }
+    done = api.wait_operation(operation, timeout=timeout, action="reset", target=name)
+    if not done:
+        raise DeadlineError(
+            f"the reset of {name} did not finish within {_seconds(timeout)}",
+            hint=f"see {status_command(api, name)}",
+            name=name,
+        )
+    # keep_on_timeout: a slow reset is no reason to delete a running queued resource.
+    options = WaitOptions(
+        policy=WatchPolicy(until="ACTIVE", overall_timeout=timeout), keep_on_timeout=True
+    )
+    waited = wait(api, name, options, on_event=on_event, clock=clock)
+    return {
+        "name": name,
+        "action": "reset",
+        "operation": operation_name,
+        "state": waited["state"],
+    }
