@@ -1,0 +1,154 @@
+"""Unreachable, hanging and dropped workers; host key mismatch; a command never run twice."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.fanout.helpers import QR, Tpuctl, wait_for
+
+
+@contextmanager
+def ssh_fault(emulator: Any, qr: QR, slice_index: int, worker: int, mode: str) -> Iterator[None]:
+    emulator.admin.ssh_fault(qr.node_ids[slice_index], worker, mode)
+    try:
+        yield
+    finally:
+        emulator.admin.ssh_fault(qr.node_ids[slice_index], worker, None)
+
+
+def test_unreachable_worker_gives_exit_10_without_holding_up_the_rest(
+    tpuctl: Tpuctl, qr: QR, emulator: Any
+) -> None:
+    with ssh_fault(emulator, qr, 0, 1, "refuse"):
+        out = tpuctl("ssh", qr.name, "--format", "json", "--", "echo ran")
+    assert out.exit_code == 10, out.stderr
+    rows = out.by_label()
+    assert rows["0/1"]["status"] == "unreachable"
+    assert "connect" in rows["0/1"]["error"]
+    assert all(rows[label]["stdout_tail"] == "ran" for label in qr.labels() if label != "0/1")
+
+
+def test_hanging_worker_hits_the_connect_timeout_exit_4(
+    tpuctl: Tpuctl, qr: QR, emulator: Any
+) -> None:
+    with ssh_fault(emulator, qr, 1, 0, "hang"):
+        began = time.monotonic()
+        out = tpuctl("ssh", qr.name, "--connect-timeout", "1", "--format", "json", "--", "true")
+        took = time.monotonic() - began
+    assert out.exit_code == 4, out.stderr
+    rows = out.by_label()
+    assert rows["1/0"]["status"] == "timeout"
+    assert all(rows[label]["duration_s"] < 1.0 for label in qr.labels() if label != "1/0")
+    assert took < 8
+
+
+def test_hanging_command_hits_timeout_exit_4(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--worker", "0", "--timeout", "1", "--", "sleep 30")
+    assert out.exit_code == 4, out.stderr
+    assert "TIMEOUT" in out.stdout
+
+
+def _prepare(tpuctl: Tpuctl, qr: QR, **settings: Any) -> Any:
+    from tpuctl.cloud.client import connect
+    from tpuctl.cloud.resolve import Location
+    from tpuctl.fanout.operations import SshSettings, prepare_fleet
+
+    api = connect(Location(qr.project, "us-central2-b"), environ=tpuctl.env)
+    port = int(tpuctl.env["TPUCTL_SSH_PORT"])
+    return prepare_fleet(api, qr.name, SshSettings(user="tester", ssh_port=port, **settings))
+
+
+def test_dropped_connection_after_start_is_not_rerun(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+    from dataclasses import replace
+
+    from tpuctl.fanout.engine import FanoutOptions, run_fanout
+
+    fleet = _prepare(tpuctl, qr)
+    target = fleet.targets[0]
+    counter = qr.home(0, 0) / "runs.count"
+    counter.unlink(missing_ok=True)
+    options = replace(fleet.connect, keepalive=0.3, keepalive_count=2)
+    done: dict[str, Any] = {}
+
+    def drop_once_started() -> None:
+        wait_for(counter.exists, what="the command to start")
+        emulator.admin.ssh_fault(qr.node_ids[0], 0, "hang")  # the worker stops answering
+
+    import threading
+
+    dropper = threading.Thread(target=drop_once_started)
+    dropper.start()
+    try:
+        done["result"] = run_fanout(
+            [target], "echo run >> runs.count; sleep 3", options, FanoutOptions()
+        )
+    finally:
+        dropper.join()
+        emulator.admin.ssh_fault(qr.node_ids[0], 0, None)
+    result = done["result"].results[0]
+    assert result.status == "unreachable" and result.started
+    assert "not re-run" in (result.error or "")
+    time.sleep(3.5)  # the command finishes on its own; nobody started it again
+    assert counter.read_text() == "run\n"
+
+
+def test_host_key_mismatch_is_refused(tpuctl: Tpuctl, qr: QR) -> None:
+    import asyncssh
+
+    from tpuctl.fanout.engine import run_fanout
+
+    fleet = _prepare(tpuctl, qr)
+    impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().split()
+    tampered = [fleet.targets[0].with_host_keys([(impostor[0], impostor[1])]), *fleet.targets[1:]]
+    result = run_fanout(tampered, "echo ran", fleet.connect)
+    first = result.results[0]
+    assert first.status == "hostkey-mismatch" and not first.started
+    assert "HOST KEY MISMATCH" in (first.error or "") and "0/0" in (first.error or "")
+    assert all(r.ok for r in result.results[1:])
+    assert int(result.exit_code) == 8
+
+
+def test_strict_host_key_checking_no_warns_on_stderr(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--strict-host-key-checking", "no", "--", "true")
+    assert out.exit_code == 0, out.stderr
+    assert "NOT checked" in out.stderr
+
+
+@pytest.mark.parametrize("batch_size", ["1"])
+def test_long_command_on_more_workers_than_batch_size_starts_everywhere(
+    tpuctl: Tpuctl, qr: QR, batch_size: str
+) -> None:
+    """gcloud joins each batch before the next: `sleep` on more workers than --batch-size never
+    starts on the rest. Here every worker starts while the others still run; then Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    homes = [qr.home(s, w) for s in range(len(qr.node_ids)) for w in range(qr.workers_per_node)]
+    for home in homes:
+        (home / "long.pid").unlink(missing_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tpuctl", "ssh", qr.name, "--batch-size", batch_size, "--",
+         "echo $$ > long.pid; exec sleep 60"],
+        env=tpuctl.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: all((h / "long.pid").exists() for h in homes), 30, "every worker")
+        assert process.poll() is None  # all started while the first ones still run
+        pids = [int((h / "long.pid").read_text()) for h in homes]
+        process.send_signal(signal.SIGINT)
+        _stdout, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "still running" in stderr
+    # Ctrl-C sent SIGTERM through each session: no sleep is left behind.
+    from tests.fanout.helpers import pid_alive
+
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), 10, "the remote sleeps to end")

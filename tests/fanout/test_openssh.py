@@ -1,0 +1,76 @@
+"""tpuctl against a real OpenSSH sshd worker (the emulator's ssh_server="openssh" mode).
+
+sshd logs in only users that exist here, so the SSH user is the current OS user.
+"""
+
+from __future__ import annotations
+
+import getpass
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fanout.helpers import AMBIENT, Tpuctl, create_qr
+
+SSHD = Path("/usr/sbin/sshd")
+pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
+
+
+class _InProcess:
+    """What create_qr/Tpuctl need from an emulator, for one running in this process."""
+
+    def __init__(self, emulator: Any) -> None:
+        self._emulator = emulator
+        self.host = emulator.host
+        self.ssh_port = emulator.ssh_port
+        self.state_dir = emulator.state_dir
+
+    def tpu_client(self) -> Any:
+        import grpc
+        from google.cloud import tpu_v2alpha1
+        from google.cloud.tpu_v2alpha1.services.tpu.transports import TpuGrpcTransport
+
+        channel = grpc.insecure_channel(self.host)
+        return tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
+
+
+@pytest.fixture(scope="module")
+def openssh_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_InProcess]:
+    from tpuctl.emulator.config import EmulatorConfig
+    from tpuctl.emulator.server import Emulator
+
+    state = tmp_path_factory.mktemp("openssh") / "state"
+    config = EmulatorConfig(speed=20.0, state_dir=state, ssh_server="openssh")
+    with Emulator(config) as emulator:
+        yield _InProcess(emulator)
+
+
+def test_commands_and_exit_codes_through_openssh(
+    openssh_emulator: _InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in AMBIENT:
+        monkeypatch.delenv(name, raising=False)
+    qr = create_qr(
+        openssh_emulator, accelerator="v4-16", slices=1, project=f"ossh-{uuid.uuid4().hex[:6]}"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    tpuctl = Tpuctl(openssh_emulator, home, qr.project)
+    user = getpass.getuser()
+    out = tpuctl(
+        "ssh", qr.name, "--user", user, "--format", "json", "--",
+        'echo "on $TPUCTL_EMULATED_WORKER"; case $TPUCTL_EMULATED_WORKER in */1) exit 4;; esac',
+    )  # fmt: skip
+    assert out.exit_code == 3, out.stderr
+    rows = out.by_label()
+    assert rows["0/0"]["status"] == "ok" and rows["0/0"]["stdout_tail"] == f"on {qr.node_ids[0]}/0"
+    assert rows["0/1"]["exit_code"] == 4
+    started = tpuctl("ssh", qr.name, "--user", user, "--detach", "--", "sleep 30")
+    assert started.exit_code == 0, started.stderr
+    stopped = tpuctl("stop", qr.name, "--user", user, "--grace", "1", "--format", "json")
+    assert stopped.exit_code == 0, stopped.stderr
+    assert {row["detail"]["state"] for row in stopped.json()["workers"]} == {"stopped"}

@@ -1,0 +1,107 @@
+"""tpuctl ssh against the emulator: output, exit codes and the result table from every worker."""
+
+from __future__ import annotations
+
+import stat
+from typing import Any
+
+from tests.fanout.helpers import QR, Tpuctl
+
+
+def test_every_worker_of_a_multislice_qr_runs_the_command(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--", "echo hello from $TPUCTL_EMULATED_WORKER")
+    assert out.exit_code == 0, out.stderr
+    for slice_index, node_id in enumerate(qr.node_ids):
+        for worker in range(qr.workers_per_node):
+            assert f"[{slice_index}/{worker}] hello from {node_id}/{worker}" in out.stdout
+    # The key was created like gcloud's, private and 0600.
+    key = tpuctl.home / ".ssh" / "google_compute_engine"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    assert (key.parent / "google_compute_engine.pub").read_text().startswith("ssh-ed25519 ")
+
+
+def test_json_result_has_one_entry_per_worker(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--format", "json", "--", "echo out; echo err >&2; exit 0")
+    assert out.exit_code == 0, out.stderr
+    data: dict[str, Any] = out.json()
+    assert [f"{w['slice']}/{w['worker']}" for w in data["workers"]] == qr.labels()
+    first = data["workers"][0]
+    assert set(first) >= {
+        "slice", "node", "worker", "address", "exit_code", "duration_s", "status",
+        "stdout_tail", "stderr_tail", "error",
+    }  # fmt: skip
+    assert first["stdout_tail"] == "out" and first["stderr_tail"] == "err"
+    assert data["summary"]["ok"] == len(qr.labels()) and data["summary"]["exit_code"] == 0
+
+
+def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
+    marker = f"{qr.node_ids[slice_index]}/{worker}"
+    test = f'[ "$TPUCTL_EMULATED_WORKER" = {marker} ]'
+    return f"if {test}; then echo boom >&2; exit {code}; fi; echo fine"
+
+
+def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--", _fail_on(qr, 1, 1, 7))
+    assert out.exit_code == 3, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("1/1 "))
+    assert "FAILED" in row and " 7 " in row
+    assert "1/1" in out.stderr  # the error line names the worker
+    healthy = tpuctl("ssh", qr.name, "--format", "json", "--", _fail_on(qr, 1, 1, 7)).by_label()
+    assert healthy["1/1"]["exit_code"] == 7 and healthy["1/1"]["stderr_tail"] == "boom"
+    assert all(healthy[label]["status"] == "ok" for label in qr.labels() if label != "1/1")
+
+
+def test_selectors_pick_slices_and_workers(tpuctl: Tpuctl, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--node", "1", "--worker", "0", "--format", "json", "--", "true")
+    assert out.exit_code == 0, out.stderr
+    assert list(out.by_label()) == ["1/0"]
+    bad = tpuctl("ssh", qr.name, "--worker", "5", "--", "true")
+    assert bad.exit_code == 2 and "no worker 5" in bad.stderr
+
+
+def test_output_dir_writes_one_file_per_node_and_worker(tpuctl: Tpuctl, qr: QR) -> None:
+    target = tpuctl.home / "out"
+    out = tpuctl("ssh", qr.name, "--output-dir", str(target), "--", "echo $TPUCTL_EMULATED_WORKER")
+    assert out.exit_code == 0, out.stderr
+    for slice_index, node_id in enumerate(qr.node_ids):
+        for worker in range(qr.workers_per_node):
+            text = (target / f"{node_id}-w{worker}.out").read_text()
+            assert text == f"{node_id}/{worker}\n", slice_index
+    assert "[0/0]" not in out.stdout  # the files got it, not the terminal
+
+
+def test_key_is_published_once_in_ssh_keys_metadata(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+    assert tpuctl("ssh", qr.name, "--", "true").exit_code == 0
+    assert tpuctl("ssh", qr.name, "--", "true").exit_code == 0
+    public = (tpuctl.home / ".ssh" / "google_compute_engine.pub").read_text().split()
+    client = emulator.tpu_client()
+    for node_id in qr.node_ids:
+        node = client.get_node(
+            name=f"projects/{qr.project}/locations/us-central2-b/nodes/{node_id}"
+        )
+        lines = node.metadata["ssh-keys"].splitlines()
+        assert lines.count(f"tester:{public[0]} {public[1]} tester") == 1
+
+
+def test_os_login_is_reported_as_unsupported(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+    client = emulator.tpu_client()
+    name = f"projects/{qr.project}/locations/us-central2-b/nodes/{qr.node_ids[0]}"
+    before = dict(client.get_node(name=name).metadata)
+    client.update_node(
+        request={
+            "node": {"name": name, "metadata": {**before, "enable-oslogin": "TRUE"}},
+            "update_mask": {"paths": ["metadata"]},
+        }
+    ).result()
+    try:
+        out = tpuctl("ssh", qr.name, "--", "true")
+    finally:
+        client.update_node(
+            request={
+                "node": {"name": name, "metadata": before},
+                "update_mask": {"paths": ["metadata"]},
+            }
+        ).result()
+    assert out.exit_code == 8
+    assert "OS Login" in out.stderr

@@ -1,0 +1,269 @@
+"""One SSH connection to one worker with paramiko: connect, verify the host key, auth, exec.
+
+Set-up is split from running on purpose: `connect()` may be retried (nothing ran yet);
+`start()` sends the exec request, after which the command may be running and is never retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpuctl.fanout.targets import WorkerTarget
+
+if TYPE_CHECKING:
+    import paramiko
+
+# paramiko's transport thread wakes every `_active_check_timeout` (0.1 s) to look for a close
+# or send a keepalive. tpuctl sends its own keepalives (with replies, see engine) and shuts the
+# socket down to stop a transport, so 1,024 idle connections need not wake 10,240 times a second.
+TRANSPORT_POLL_SECONDS = 2.0
+# Host key algorithms paramiko can verify, by the name guest attributes publish them under.
+_HOSTKEY_ALGORITHMS = {
+    "ssh-ed25519": ("ssh-ed25519",),
+    "ecdsa-sha2-nistp256": ("ecdsa-sha2-nistp256",),
+    "ecdsa-sha2-nistp384": ("ecdsa-sha2-nistp384",),
+    "ecdsa-sha2-nistp521": ("ecdsa-sha2-nistp521",),
+    "ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"),
+}
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How every connection of a fan-out is made (one key object, shared by all)."""
+
+    user: str
+    pkey: Any  # paramiko.PKey, loaded once
+    connect_timeout: float = 20.0
+    keepalive: float = 15.0  # seconds between keepalive probes on a quiet connection
+    keepalive_count: int = 3  # unanswered probes before the worker counts as lost
+    verify_host_keys: bool = True
+    connect_attempts: int = 3  # refused/reset/EOF during set-up are retried, timeouts are not
+    retry_backoff: float = 0.5
+
+
+class SetupError(Exception):
+    """Set-up failed before anything ran. `kind`: unreachable | timeout | hostkey-mismatch."""
+
+    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+
+
+class StartError(Exception):
+    """The exec request was sent but not confirmed: the command may have started."""
+
+
+def _transport_class() -> type[paramiko.Transport]:
+    import paramiko
+
+    class QuietTransport(paramiko.Transport):
+        _active_check_timeout = TRANSPORT_POLL_SECONDS
+
+    return QuietTransport
+
+
+_TRANSPORT: type[paramiko.Transport] | None = None
+_TRANSPORT_LOCK = threading.Lock()
+
+
+def transport_class() -> type[paramiko.Transport]:
+    global _TRANSPORT  # noqa: PLW0603 - built once, lazily (paramiko is a lazy import)
+    with _TRANSPORT_LOCK:
+        if _TRANSPORT is None:
+            _TRANSPORT = _transport_class()
+        return _TRANSPORT
+
+
+def _tcp_keepalive(sock: socket.socket, interval: float) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    seconds = max(1, int(interval))
+    for name, value in (("TCP_KEEPIDLE", seconds), ("TCP_KEEPINTVL", seconds), ("TCP_KEEPCNT", 3)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
+    """TCP connect, SSH handshake, host key check and public-key auth within connect_timeout."""
+    import paramiko
+
+    deadline = time.monotonic() + options.connect_timeout
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SetupError("timeout", f"connect timeout ({options.connect_timeout:g} s)")
+        return remaining
+
+    try:
+        sock = socket.create_connection((target.address, target.port), timeout=left())
+    except TimeoutError:
+        raise SetupError(
+            "timeout", f"TCP connect timed out after {options.connect_timeout:g} s"
+        ) from None
+    except OSError as error:
+        raise SetupError(
+            "unreachable",
+            f"cannot connect to {target.address}:{target.port}: {error}",
+            retryable=True,
+        ) from None
+    _tcp_keepalive(sock, options.keepalive)
+    transport = transport_class()(sock)
+    try:
+        _handshake(transport, target, options, left)
+        transport.auth_publickey(options.user, options.pkey)
+    except SetupError:
+        close_transport(transport)
+        raise
+    except paramiko.AuthenticationException as error:
+        close_transport(transport)
+        raise SetupError(
+            "unreachable",
+            f"authentication as {options.user} failed ({error}); is the key in the node's "
+            "ssh-keys metadata?",
+        ) from None
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        close_transport(transport)
+        if time.monotonic() >= deadline - 0.05:
+            raise SetupError(
+                "timeout", f"no SSH answer within {options.connect_timeout:g} s ({error})"
+            ) from None
+        raise SetupError("unreachable", f"SSH set-up failed: {error}", retryable=True) from None
+    return transport
+
+
+def _handshake(
+    transport: paramiko.Transport,
+    target: WorkerTarget,
+    options: ConnectOptions,
+    left: Callable[[], float],
+) -> None:
+    if options.verify_host_keys:
+        if not target.host_keys:
+            raise SetupError(
+                "hostkey-mismatch",
+                f"worker {target.label} ({target.node_id}) published no host key in its guest "
+                "attributes (hostkeys/); refusing to trust an unknown host",
+            )
+        algorithms = [
+            name
+            for algorithm, _ in target.host_keys
+            for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
+        ]
+        # Ask only for host key types we can check against what the worker published.
+        transport.get_security_options().key_types = algorithms
+    timeout = left()
+    transport.banner_timeout = timeout
+    transport.handshake_timeout = timeout
+    transport.auth_timeout = timeout
+    transport.start_client(timeout=timeout)
+    if options.verify_host_keys:
+        verify_host_key(transport, target)
+    left()
+
+
+def verify_host_key(transport: paramiko.Transport, target: WorkerTarget) -> None:
+    key = transport.get_remote_server_key()
+    offered = (key.get_name(), key.get_base64())
+    known = {(_base_algorithm(a), blob) for a, blob in target.host_keys}
+    if (_base_algorithm(offered[0]), offered[1]) not in known:
+        raise SetupError(
+            "hostkey-mismatch",
+            f"HOST KEY MISMATCH for worker {target.label} ({target.node_id}, {target.address}): "
+            f"it presented {offered[0]} {offered[1][:24]}…, which is not the key in its guest "
+            "attributes; not connecting",
+        )
+
+
+def _base_algorithm(name: str) -> str:
+    return "ssh-rsa" if name.startswith("rsa-sha2-") else name
+
+
+def open_channel(
+    transport: paramiko.Transport, timeout: float, *, pty: tuple[str, int, int] | None = None
+) -> paramiko.Channel:
+    """A session channel (and a pty when asked); nothing has run yet."""
+    import paramiko
+
+    try:
+        channel = transport.open_session(timeout=timeout)
+        if pty is not None:
+            term, width, height = pty
+            channel.get_pty(term=term, width=width, height=height)
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        raise SetupError("unreachable", f"cannot open a session: {error}", retryable=True) from None
+    return channel
+
+
+def start(channel: paramiko.Channel, command: str | None) -> None:
+    """Send exec (or shell). From here on the command may be running: StartError, no retry."""
+    import paramiko
+
+    try:
+        if command is None:
+            channel.invoke_shell()
+        else:
+            channel.exec_command(command)
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        raise StartError(
+            f"connection lost while starting the command ({error}); not retried, as it may "
+            "have started"
+        ) from None
+
+
+def send_signal(channel: paramiko.Channel, name: str) -> None:
+    """RFC 4254 §6.9 "signal" request (paramiko has no API for it); best effort."""
+    from paramiko.common import cMSG_CHANNEL_REQUEST
+    from paramiko.message import Message
+
+    raw: Any = channel
+    if channel.closed or not raw.active:
+        return
+    message = Message()
+    message.add_byte(cMSG_CHANNEL_REQUEST)
+    message.add_int(raw.remote_chanid)
+    message.add_string("signal")
+    message.add_boolean(False)
+    message.add_string(name)
+    with contextlib.suppress(Exception):
+        raw.transport._send_user_message(message)
+
+
+def send_keepalive(transport: paramiko.Transport, event: threading.Event) -> bool:
+    """A keepalive@openssh.com global request WITH want_reply (paramiko's own keepalive asks
+    for none, so it can never notice a worker that stopped answering). `event` is set when
+    the reply (success or failure) arrives."""
+    from paramiko.common import cMSG_GLOBAL_REQUEST
+    from paramiko.message import Message
+
+    raw: Any = transport
+    if not transport.is_active():
+        return False
+    raw.completion_event = event  # paramiko sets it on MSG_REQUEST_SUCCESS/FAILURE
+    message = Message()
+    message.add_byte(cMSG_GLOBAL_REQUEST)
+    message.add_string("keepalive@openssh.com")
+    message.add_boolean(True)
+    try:
+        raw._send_user_message(message)
+    except Exception:
+        return False
+    return True
+
+
+def close_transport(transport: paramiko.Transport) -> None:
+    """Close without waiting: shutting the socket down wakes the transport thread at once."""
+    sock: Any = transport.sock
+    with contextlib.suppress(Exception):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        transport.close()

@@ -1,0 +1,525 @@
+"""The fan-out scheduler: bounded connection set-up, one monitor for every running command.
+
+- `batch_size` threads set connections up (TCP, handshake, host key, auth, channel, exec); a
+  slot is released as soon as the command has started, so a long command on 1,024 workers
+  starts everywhere (gcloud's batches deadlock there).
+- One monitor (the calling thread) serves every running channel. paramiko's channel buffers
+  call `.set()` on an event object when data, EOF or exit status arrive; tpuctl's event
+  object marks the session ready and wakes the monitor through one pipe. No thread per worker,
+  no polling per channel.
+- Only set-up is retried; once the exec request is sent a worker is never retried.
+- Ctrl-C (KeyboardInterrupt in the monitor) stops set-ups, signals running commands (attached
+  mode) and returns a result where every unfinished worker is `interrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import selectors
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from tpuctl.fanout.connection import (
+    ConnectOptions,
+    SetupError,
+    StartError,
+    close_transport,
+    connect,
+    open_channel,
+    send_keepalive,
+    send_signal,
+    start,
+)
+from tpuctl.fanout.results import FanoutResult, Tail, WorkerResult
+from tpuctl.fanout.targets import WorkerTarget
+
+if TYPE_CHECKING:
+    import paramiko
+
+DEFAULT_BATCH_SIZE = 64
+_READ = 65536
+
+# (target, "stdout" | "stderr", complete lines as bytes)
+OutputCallback = Callable[[WorkerTarget, str, bytes], None]
+# (target, kind, message): kind is retry | started | finished
+EventCallback = Callable[[WorkerTarget, str, str], None]
+Command = str | Callable[[WorkerTarget], str]
+
+
+@dataclass(frozen=True)
+class FanoutOptions:
+    batch_size: int = DEFAULT_BATCH_SIZE
+    timeout: float | None = None  # per command, from its start
+    stdin: bytes | None = None  # sent to every command, then EOF
+    keep_output: bool = False  # keep all stdout (probes parse it), not just the tail
+    interrupt_signal: str | None = "TERM"  # sent to running commands on Ctrl-C
+
+
+class _Wake:
+    """Stands in for paramiko's event objects (BufferedPipe.set_event, Channel.status_event):
+    every set() marks the session ready for the monitor."""
+
+    __slots__ = ("_flag", "_monitor", "_session")
+
+    def __init__(self, monitor: _Monitor, session: _Session) -> None:
+        self._monitor = monitor
+        self._session = session
+        self._flag = False
+
+    def set(self) -> None:
+        self._flag = True
+        self._monitor.notify(self._session)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float | None = None) -> bool:  # Event API; unused by paramiko here
+        return self._flag
+
+
+class _StatusEvent(threading.Event):
+    """Channel.status_event that also wakes the monitor (exit-status, close)."""
+
+    def __init__(self, wake: _Wake) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        self._wake.set()
+
+
+class _Session:
+    """One worker whose command has started."""
+
+    def __init__(
+        self,
+        result: WorkerResult,
+        transport: paramiko.Transport,
+        channel: paramiko.Channel,
+        began: float,
+    ) -> None:
+        self.result = result
+        self.transport = transport
+        self.channel = channel
+        self.began = began  # set-up start, for duration_s
+        self.started = 0.0
+        self.deadline: float | None = None
+        self.partial: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        self.probe: threading.Event | None = None
+        self.missed = 0
+        self.last_input = 0.0
+        self.accepted = False  # the monitor has taken it over from its set-up thread
+        self.done = False
+
+
+class _Monitor:
+    """The wake-up pipe, the ready set and the inbox from set-up threads."""
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()
+        self._ready: set[_Session] = set()
+        self._inbox: list[_Session | WorkerResult] = []
+        self._signalled = False
+        self._closed = False
+
+    def _signal(self) -> None:
+        # Set-up threads still connecting after an interrupt may post late: never write to a
+        # closed (and possibly reused) descriptor.
+        if not self._signalled and not self._closed:
+            self._signalled = True
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._write_fd, b"x")
+
+    def notify(self, session: _Session) -> None:
+        with self._lock:
+            self._ready.add(session)
+            self._signal()
+
+    def post(self, item: _Session | WorkerResult) -> None:
+        with self._lock:
+            self._inbox.append(item)
+            self._signal()
+
+    @property
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def take(self) -> tuple[list[_Session | WorkerResult], set[_Session]]:
+        with self._lock:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._read_fd, 4096):
+                    pass
+            self._signalled = False
+            inbox, self._inbox = self._inbox, []
+            ready, self._ready = self._ready, set()
+        return inbox, ready
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+
+
+class FanOut:
+    """Run one command on many workers; `run()` returns a FanoutResult in target order."""
+
+    def __init__(
+        self,
+        targets: Sequence[WorkerTarget],
+        command: Command,
+        connect_options: ConnectOptions,
+        options: FanoutOptions | None = None,
+        *,
+        on_output: OutputCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.targets = list(targets)
+        self.command = command
+        self.connect_options = connect_options
+        self.options = options or FanoutOptions()
+        self.on_output = on_output
+        self.on_event = on_event
+        self._monitor = _Monitor()
+        self._cancel = threading.Event()
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._results: dict[int, WorkerResult] = {}
+        self._live: dict[int, _Session] = {}
+        self._connecting: set[Any] = set()
+        self._connecting_lock = threading.Lock()
+        self._index = {id(t): i for i, t in enumerate(self.targets)}
+
+    # -- set-up (batch_size threads) ----------------------------------------------------
+    def _command_for(self, target: WorkerTarget) -> str:
+        return self.command(target) if callable(self.command) else self.command
+
+    def _setup_loop(self) -> None:
+        while not self._cancel.is_set():
+            try:
+                index = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            outcome = self._setup(self.targets[index])
+            self._monitor.post(outcome)
+            if isinstance(outcome, _Session) and self.options.stdin is not None:
+                # Feeding stdin keeps this slot: transfers stay bounded by batch_size too.
+                self._feed(outcome, self.options.stdin)
+
+    def _setup(self, target: WorkerTarget) -> _Session | WorkerResult:
+        options = self.connect_options
+        result = WorkerResult(target, "unreachable")
+        began = time.monotonic()
+        for attempt in range(1, max(1, options.connect_attempts) + 1):
+            result.attempts = attempt
+            if self._cancel.is_set():
+                return self._interrupted(result, began, "interrupted before it started")
+            try:
+                transport = connect(target, options)
+            except SetupError as error:
+                if error.retryable and attempt < options.connect_attempts:
+                    self._event(target, "retry", f"attempt {attempt}: {error}")
+                    self._cancel.wait(options.retry_backoff * 2 ** (attempt - 1))
+                    continue
+                return self._failed(result, began, error.kind, str(error))
+            with self._connecting_lock:
+                self._connecting.add(transport)
+            try:
+                outcome = self._open_and_start(target, transport, result, began)
+            finally:
+                with self._connecting_lock:
+                    self._connecting.discard(transport)
+            if isinstance(outcome, SetupError):
+                if outcome.retryable and attempt < options.connect_attempts:
+                    self._event(target, "retry", f"attempt {attempt}: {outcome}")
+                    continue
+                return self._failed(result, began, outcome.kind, str(outcome))
+            return outcome
+        return result  # not reached: the last attempt returns
+
+    def _open_and_start(
+        self,
+        target: WorkerTarget,
+        transport: paramiko.Transport,
+        result: WorkerResult,
+        began: float,
+    ) -> _Session | WorkerResult | SetupError:
+        try:
+            channel = open_channel(transport, self.connect_options.connect_timeout)
+        except SetupError as error:
+            close_transport(transport)
+            return error
+        if self._cancel.is_set():
+            close_transport(transport)
+            return self._interrupted(result, began, "interrupted before it started")
+        session = _Session(result, transport, channel, began)
+        wake = _Wake(self._monitor, session)
+        # Duck-typed: BufferedPipe only ever calls set() and clear() on its event.
+        for buffer in (channel.in_buffer, channel.in_stderr_buffer):
+            buffer.set_event(cast(Any, wake))
+        channel.status_event = _StatusEvent(wake)
+        result.stdout = Tail(self.options.keep_output)
+        try:
+            start(channel, self._command_for(target))
+        except StartError as error:
+            close_transport(transport)
+            result.started = True
+            return self._failed(result, began, "unreachable", str(error))
+        session.started = time.monotonic()
+        result.started = True
+        if self.options.timeout is not None:
+            session.deadline = session.started + self.options.timeout
+        return session
+
+    def _feed(self, session: _Session, data: bytes) -> None:
+        channel = session.channel
+        try:
+            channel.sendall(data)
+            channel.shutdown_write()
+        except Exception:
+            pass
+
+    def _failed(self, result: WorkerResult, began: float, kind: str, error: str) -> WorkerResult:
+        result.status = kind  # type: ignore[assignment]
+        result.error = error
+        result.duration_s = time.monotonic() - began
+        return result
+
+    def _interrupted(self, result: WorkerResult, began: float, error: str) -> WorkerResult:
+        return self._failed(result, began, "interrupted", error)
+
+    def _event(self, target: WorkerTarget, kind: str, message: str) -> None:
+        if self.on_event is not None:
+            self.on_event(target, kind, message)
+
+    # -- monitor (the calling thread) ---------------------------------------------------
+    def run(self) -> FanoutResult:
+        began = time.monotonic()
+        for index in range(len(self.targets)):
+            self._queue.put(index)
+        threads = [
+            threading.Thread(target=self._setup_loop, name=f"tpuctl-setup-{n}", daemon=True)
+            for n in range(min(max(1, self.options.batch_size), len(self.targets)))
+        ]
+        for thread in threads:
+            thread.start()
+        interrupted = False
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            interrupted = True
+            self._interrupt()
+        finally:
+            self._monitor.close()
+        ordered = [
+            self._results.get(i) or WorkerResult(t, "interrupted", error="not started")
+            for i, t in enumerate(self.targets)
+        ]
+        return FanoutResult(ordered, time.monotonic() - began, interrupted)
+
+    def _loop(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self._monitor.fileno, selectors.EVENT_READ)
+        keepalive = self.connect_options.keepalive
+        next_tick = time.monotonic() + keepalive
+        try:
+            while len(self._results) < len(self.targets):
+                now = time.monotonic()
+                wait = next_tick - now
+                deadlines = [s.deadline for s in self._live.values() if s.deadline is not None]
+                if deadlines:
+                    wait = min(wait, min(deadlines) - now)
+                selector.select(max(0.0, wait))
+                inbox, ready = self._monitor.take()
+                for item in inbox:
+                    self._accept(item)
+                for session in ready:
+                    if session.accepted and not session.done:
+                        self._service(session)
+                now = time.monotonic()
+                self._check_deadlines(now)
+                if now >= next_tick:
+                    self._keepalive(now)
+                    next_tick = now + keepalive
+        finally:
+            selector.close()
+
+    def _accept(self, item: _Session | WorkerResult) -> None:
+        if isinstance(item, WorkerResult):
+            self._finish_result(item)
+            return
+        index = self._index[id(item.result.target)]
+        self._live[index] = item
+        item.accepted = True
+        item.last_input = time.monotonic()
+        self._event(item.result.target, "started", "")
+        self._service(item)
+
+    def _finish_result(self, result: WorkerResult) -> None:
+        index = self._index[id(result.target)]
+        self._results[index] = result
+        self._live.pop(index, None)
+        self._event(result.target, "finished", result.status)
+
+    def _service(self, session: _Session) -> None:
+        channel = session.channel
+        got = False
+        while channel.recv_ready():
+            data = channel.recv(_READ)
+            if not data:
+                break
+            got = True
+            self._output(session, "stdout", data)
+        while channel.recv_stderr_ready():
+            data = channel.recv_stderr(_READ)
+            if not data:
+                break
+            got = True
+            self._output(session, "stderr", data)
+        if got:
+            session.last_input = time.monotonic()
+        status_known = channel.status_event.is_set()
+        if channel.closed or (status_known and channel.eof_received):
+            if channel.recv_ready() or channel.recv_stderr_ready():
+                self._monitor.notify(session)  # more arrived meanwhile: come back
+                return
+            self._complete(session)
+
+    def _output(self, session: _Session, stream: str, data: bytes) -> None:
+        result = session.result
+        (result.stdout if stream == "stdout" else result.stderr).add(data)
+        if self.on_output is None:
+            return
+        buffer = session.partial[stream]
+        buffer += data
+        cut = buffer.rfind(b"\n")
+        if cut >= 0:
+            lines = bytes(buffer[: cut + 1])
+            del buffer[: cut + 1]
+            self.on_output(result.target, stream, lines)
+
+    def _flush(self, session: _Session) -> None:
+        if self.on_output is None:
+            return
+        for stream, buffer in session.partial.items():
+            if buffer:
+                self.on_output(session.result.target, stream, bytes(buffer) + b"\n")
+                buffer.clear()
+
+    def _complete(self, session: _Session) -> None:
+        channel = session.channel
+        result = session.result
+        code = channel.exit_status
+        if code >= 0:
+            result.exit_code = code
+            result.status = "ok" if code == 0 else "failed"
+            if code != 0:
+                result.error = f"exited with {code}"
+        elif session.transport.is_active():
+            result.status = "failed"
+            result.error = "no exit status (killed by a signal?)"
+        else:
+            result.status = "unreachable"
+            result.error = "connection lost while the command ran (not re-run)"
+        self._close(session)
+        self._finish_result(result)
+
+    def _close(self, session: _Session) -> None:
+        session.done = True
+        self._flush(session)
+        session.result.duration_s = time.monotonic() - session.began
+        close_transport(session.transport)
+
+    def _check_deadlines(self, now: float) -> None:
+        for session in list(self._live.values()):
+            if session.deadline is not None and now >= session.deadline and not session.done:
+                self._service(session)  # output that arrived just in time
+                if session.done:
+                    continue
+                send_signal(session.channel, "TERM")
+                session.result.status = "timeout"
+                session.result.error = (
+                    f"still running after --timeout {self.options.timeout:g} s; sent SIGTERM "
+                    "and closed the session"
+                )
+                self._close(session)
+                self._finish_result(session.result)
+
+    def _keepalive(self, now: float) -> None:
+        """A probe per quiet connection; `keepalive_count` unanswered ones mean it is lost."""
+        limit = self.connect_options.keepalive_count
+        for session in list(self._live.values()):
+            if session.done:
+                continue
+            if session.probe is not None and not session.probe.is_set():
+                session.missed += 1
+                if session.missed >= limit:
+                    self._lost(session, now)
+                    continue
+            else:
+                session.missed = 0
+                if now - session.last_input < self.connect_options.keepalive:
+                    session.probe = None
+                    continue
+            probe = threading.Event()
+            if send_keepalive(session.transport, probe):
+                session.probe = probe
+
+    def _lost(self, session: _Session, now: float) -> None:
+        waited = self.connect_options.keepalive * self.connect_options.keepalive_count
+        session.result.status = "unreachable"
+        session.result.error = (
+            f"the worker stopped answering keepalives for {waited:g} s while the command ran "
+            "(not re-run)"
+        )
+        self._close(session)
+        self._finish_result(session.result)
+
+    def _interrupt(self) -> None:
+        self._cancel.set()
+        with self._connecting_lock:
+            connecting = list(self._connecting)
+        for transport in connecting:
+            close_transport(transport)
+        inbox, _ = self._monitor.take()
+        for item in inbox:
+            if isinstance(item, WorkerResult):
+                self._finish_result(item)
+            else:
+                self._live[self._index[id(item.result.target)]] = item
+        signal_name = self.options.interrupt_signal
+        for session in list(self._live.values()):
+            if session.done:
+                continue
+            if signal_name:
+                send_signal(session.channel, signal_name)
+            session.result.status = "interrupted"
+            session.result.error = "still running at Ctrl-C" + (
+                f"; sent SIG{signal_name} and closed the session" if signal_name else ""
+            )
+            self._close(session)
+            self._finish_result(session.result)
+
+
+def run_fanout(
+    targets: Sequence[WorkerTarget],
+    command: Command,
+    connect_options: ConnectOptions,
+    options: FanoutOptions | None = None,
+    *,
+    on_output: OutputCallback | None = None,
+    on_event: EventCallback | None = None,
+) -> FanoutResult:
+    """Run `command` (a string, or one per target) on every target; see FanOut."""
+    return FanOut(
+        targets, command, connect_options, options, on_output=on_output, on_event=on_event
+    ).run()

@@ -1,0 +1,243 @@
+"""The shell scripts tpuctl runs on workers: detached runs, status, logs, stop, upload, TPU reset.
+
+Every value from a user reaches the remote shell through `shlex.quote` (or `remote_path`);
+the scripts are POSIX sh run by the login shell (bash on TPU VMs). On an emulated worker,
+machine-wide paths live under $TPUCTL_VM_ROOT (unset on a real VM), like the startup script.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tpuctl.errors import UsageError
+
+RUNS_DIR = "$HOME/.tpuctl/runs"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+UPLOAD_CHECKSUM_EXIT = 97
+
+
+def new_run_id() -> str:
+    """Sortable and unique: 20260102-150405-a1b2c3."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id) or run_id == "latest":
+        raise UsageError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+    return run_id
+
+
+def remote_path(path: str) -> str:
+    """A shell word for a worker path: `~`/`~/x` in $HOME, relative ones in the login directory
+    (the home), absolute ones under ${TPUCTL_VM_ROOT:-} (empty on a real VM)."""
+    if path in ("~", ""):
+        return '"$HOME"'
+    if path.startswith("~/"):
+        rest = path[2:]
+        return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
+    if path.startswith("~"):
+        raise UsageError(f"{path!r}: only ~ and ~/… are understood, not ~user")
+    if path.startswith("/"):
+        return '"${TPUCTL_VM_ROOT:-}"' + shlex.quote(path)
+    return shlex.quote(path)
+
+
+def env_exports(env: Mapping[str, str]) -> str:
+    """`export A='x'; export B='y'; ` for a command prefix; names are checked, values quoted."""
+    parts = []
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"{name!r} is not a valid environment variable name")
+        if "\0" in value:
+            raise UsageError(f"the value of {name} contains a NUL character")
+        parts.append(f"export {name}={shlex.quote(value)}; ")
+    return "".join(parts)
+
+
+# ------------------------------------------------------------------------------ detached runs
+
+# The session leader of a detached run (setsid; HUP ignored, which is all nohup does when
+# output already goes to a file). It records its pid, runs the command in a subshell (a fork,
+# no exec: cheaper than `bash -c`) with TERM/INT back to their defaults, and records the exit
+# status; with TERM trapped here, a TERM to the process group reaches the command while this
+# shell waits and records the status (143) instead of dying first.
+_WRAPPER = (
+    'd=$1; mkdir -p "$d" || exit 1; printf "%s\\n" "$2" >"$d/command"; '
+    'printf "%s\\n" "$$" >"$d/pid"; printf "%s\\n" "$3" >"${d%/*}/latest"; '
+    "trap '' HUP; trap : TERM INT; "
+    '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"$d/log" 2>&1; rc=$?; '
+    'printf "%s\\n" "$rc" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"'
+)
+
+
+def start_script(run_id: str, command: str, *, workdir: str | None = None) -> str:
+    """Start `command` detached in its own session; prints `started <pid>` and returns at once.
+
+    A background job of a non-interactive shell is not a process-group leader, so setsid
+    execs in place and $! is the session leader: the pid, process group and session id. The
+    run directory is written by the leader itself, so starting costs the worker one fork.
+    """
+    check_run_id(run_id)
+    # `cd … || exit`, not `cd … && setsid … &`: that would background a subshell, not setsid.
+    where = f"cd {remote_path(workdir)} || exit 1; " if workdir else ""
+    return (
+        f"{where}setsid bash -c {shlex.quote(_WRAPPER)} tpuctl-run "
+        f'"{RUNS_DIR}"/{run_id} {shlex.quote(command)} {run_id} </dev/null >/dev/null 2>&1 & '
+        'printf "started %s\\n" "$!"'
+    )
+
+
+def _resolve_run(run_id: str | None) -> str:
+    chosen = shlex.quote(check_run_id(run_id)) if run_id else '"$(cat "$R/latest" 2>/dev/null)"'
+    return (
+        f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
+        'if [ -z "$id" ] || [ ! -d "$d" ]; then echo "state=none run=$id"; exit 0; fi; '
+        'pid=$(cat "$d/pid" 2>/dev/null); '
+    )
+
+
+# Alive: the session leader, or anything left in its process group or session.
+_ALIVE = (
+    'alive() { [ -n "$pid" ] && { kill -0 "$pid" 2>/dev/null || kill -0 -- "-$pid" 2>/dev/null '
+    '|| pgrep -s "$pid" >/dev/null 2>&1; }; }; '
+)
+
+
+def status_script(run_id: str | None) -> str:
+    """One line `state=running|exited|stopped|unknown|none run=… pid=… exit=…`."""
+    return (
+        _resolve_run(run_id)
+        + _ALIVE
+        + 'if [ -f "$d/exit" ]; then s=exited; elif alive; then s=running; '
+        'elif [ -f "$d/stopped" ]; then s=stopped; else s=unknown; fi; '
+        'printf "state=%s run=%s pid=%s exit=%s\\n" "$s" "$id" "$pid" '
+        '"$(cat "$d/exit" 2>/dev/null)"'
+    )
+
+
+def logs_script(run_id: str | None, lines: int, *, follow: bool) -> str:
+    """The last `lines` of the run's log; with `follow`, until the run's process ends."""
+    tail = f"tail -n {int(lines)}"
+    if follow:
+        tail += ' -F --pid="$pid"'
+    return (
+        _resolve_run(run_id)
+        + f'[ -f "$d/log" ] || {{ echo "no log in $d" >&2; exit 1; }}; exec {tail} "$d/log"'
+    )
+
+
+def stop_script(run_id: str | None, grace: float) -> str:
+    """TERM to the run's process group and session, KILL after `grace` seconds if any is left."""
+    steps = max(1, int(grace * 10))
+    return (
+        _resolve_run(run_id)
+        + _ALIVE
+        + 'if ! alive; then echo "state=not-running run=$id pid=$pid"; exit 0; fi; '
+        ': >"$d/stopped"; '
+        'kill -TERM -- "-$pid" 2>/dev/null; pkill -TERM -s "$pid" 2>/dev/null; '
+        f"i=0; while [ $i -lt {steps} ]; do "
+        'if ! alive; then echo "state=stopped run=$id pid=$pid signal=TERM"; exit 0; fi; '
+        "sleep 0.1; i=$((i+1)); done; "
+        'kill -KILL -- "-$pid" 2>/dev/null; pkill -KILL -s "$pid" 2>/dev/null; '
+        'echo "state=stopped run=$id pid=$pid signal=KILL"'
+    )
+
+
+@dataclass(frozen=True)
+class RunState:
+    state: str
+    run_id: str | None
+    pid: int | None
+    exit_code: int | None
+    signal: str | None = None
+
+    def describe(self) -> str:
+        if self.state == "exited":
+            return f"exited {self.exit_code}"
+        if self.state == "stopped" and self.signal:
+            return f"stopped (SIG{self.signal})"
+        return self.state
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "run": self.run_id,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+        }
+
+
+def parse_state(output: str) -> RunState | None:
+    """The last `state=…` line of a status or stop script's output."""
+    for line in reversed(output.splitlines()):
+        if not line.startswith("state="):
+            continue
+        fields = dict(part.partition("=")[::2] for part in line.split())
+        return RunState(
+            state=fields.get("state") or "unknown",
+            run_id=fields.get("run") or None,
+            pid=_int(fields.get("pid")),
+            exit_code=_int(fields.get("exit")),
+            signal=fields.get("signal") or None,
+        )
+    return None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------- transfers
+
+
+def upload_script(remote_dir: str, sha256: str) -> str:
+    """Read a tar.gz from stdin into a temporary file, check its sha256, then extract it."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError("sha256 must be 64 lowercase hex digits")
+    return (
+        f'set -e; d={remote_path(remote_dir)}; mkdir -p -- "$d"; '
+        't=$(mktemp "$d/.tpuctl-upload.XXXXXX"); trap \'rm -f "$t"\' EXIT; '
+        'cat >"$t"; s=$(sha256sum "$t" | cut -d" " -f1); '
+        f'if [ "$s" != {sha256} ]; then '
+        f'echo "checksum mismatch: received $s" >&2; exit {UPLOAD_CHECKSUM_EXIT}; fi; '
+        'tar -xzf "$t" -C "$d"; echo "sha256 $s ok"'
+    )
+
+
+def download_script(remote: str) -> str:
+    """A tar.gz of one file or directory on stdout (its last path component at the top)."""
+    stripped = remote.rstrip("/") or "/"
+    parent, _, name = stripped.rpartition("/")
+    if not name:
+        raise UsageError(f"cannot download {remote!r}: name a file or directory")
+    base = remote_path(parent or ("/" if stripped.startswith("/") else "."))
+    return f"tar -czf - -C {base} -- {shlex.quote(name)}"
+
+
+# -------------------------------------------------------------------------------- TPU reset
+
+
+def free_tpu_script() -> str:
+    """Kill whatever holds the TPU devices, then remove libtpu's lockfile (under
+    ${TPUCTL_VM_ROOT:-} on emulated workers); sudo -n only when plain kill/rm is refused."""
+    return (
+        'r=${TPUCTL_VM_ROOT:-}; found=""; '
+        'for dev in "$r"/dev/accel* "$r"/dev/vfio/*; do [ -e "$dev" ] || continue; '
+        'p=$(fuser "$dev" 2>/dev/null) && found="$found $p"; done; '
+        'if [ -n "$found" ]; then '
+        "kill -KILL $found 2>/dev/null || sudo -n kill -KILL $found 2>/dev/null || true; "
+        'echo "killed TPU holders:$found"; fi; '
+        'f="$r/tmp/libtpu_lockfile"; '
+        'if [ -e "$f" ]; then rm -f -- "$f" 2>/dev/null || sudo -n rm -f -- "$f"; '
+        'echo "removed $f"; fi; true'
+    )

@@ -1,0 +1,176 @@
+"""Per-worker results of a fan-out and the group result (one stable JSON shape, exit codes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tpuctl.errors import (
+    AuthError,
+    CommandFailedError,
+    DeadlineError,
+    ExitCode,
+    Interrupted,
+    TpuctlError,
+    UnreachableError,
+)
+from tpuctl.fanout.targets import WorkerTarget
+
+Status = Literal["ok", "failed", "unreachable", "timeout", "interrupted", "hostkey-mismatch"]
+STATUSES: tuple[Status, ...] = (
+    "ok",
+    "failed",
+    "unreachable",
+    "timeout",
+    "interrupted",
+    "hostkey-mismatch",
+)
+TAIL_BYTES = 8192
+TAIL_LINES = 20
+
+
+class Tail:
+    """The last TAIL_BYTES of a stream, and everything when `keep_all` (detached-run probes)."""
+
+    __slots__ = ("_data", "_keep_all", "total")
+
+    def __init__(self, keep_all: bool = False) -> None:
+        self._data = bytearray()
+        self._keep_all = keep_all
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self._data += chunk
+        if not self._keep_all and len(self._data) > 2 * TAIL_BYTES:
+            del self._data[: len(self._data) - TAIL_BYTES]
+
+    def bytes(self) -> bytes:
+        return bytes(self._data)
+
+    def text(self, lines: int = TAIL_LINES) -> str:
+        data = self._data if self._keep_all else self._data[-TAIL_BYTES:]
+        text = bytes(data).decode("utf-8", errors="replace")
+        kept = text.splitlines()[-lines:]
+        return "\n".join(kept)
+
+
+@dataclass
+class WorkerResult:
+    """What happened on one worker. `started` is True once the command may have started
+    (the exec request was sent): such a worker is never retried."""
+
+    target: WorkerTarget
+    status: Status
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    stdout: Tail = field(default_factory=Tail, repr=False)
+    stderr: Tail = field(default_factory=Tail, repr=False)
+    error: str | None = None
+    started: bool = False
+    attempts: int = 0
+    detail: dict[str, Any] | None = None  # what a probe found (ps/stop: the run's state)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        target = self.target
+        return {
+            "slice": target.slice_index,
+            "node": target.node_id,
+            "worker": target.worker,
+            "address": target.address,
+            "exit_code": self.exit_code,
+            "duration_s": round(self.duration_s, 3),
+            "status": self.status,
+            "stdout_tail": self.stdout.text(),
+            "stderr_tail": self.stderr.text(),
+            "error": self.error,
+            "detail": self.detail,
+        }
+
+
+# Worse first: the exit code of a run is the worst status any worker had.
+_SEVERITY: tuple[tuple[Status, ExitCode], ...] = (
+    ("interrupted", ExitCode.INTERRUPTED),
+    ("hostkey-mismatch", ExitCode.AUTH),
+    ("unreachable", ExitCode.UNREACHABLE),
+    ("timeout", ExitCode.DEADLINE),
+    ("failed", ExitCode.COMMAND_FAILED),
+)
+
+
+@dataclass
+class FanoutResult:
+    """Results in target order, like fabric's GroupResult: one bad worker never hides others."""
+
+    results: list[WorkerResult]
+    duration_s: float = 0.0
+    interrupted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[WorkerResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    @property
+    def succeeded(self) -> list[WorkerResult]:
+        return [r for r in self.results if r.ok]
+
+    @property
+    def failed(self) -> list[WorkerResult]:
+        return [r for r in self.results if not r.ok]
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(r.status == status for r in self.results) for status in STATUSES}
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """130 interrupted > 8 host key mismatch > 10 unreachable > 4 timeout > 3 failed > 0.
+
+        Unreachable outranks a failed command: a worker that never ran it is the worse news.
+        """
+        if self.interrupted:
+            return ExitCode.INTERRUPTED
+        statuses = {r.status for r in self.results}
+        for status, code in _SEVERITY:
+            if status in statuses:
+                return code
+        return ExitCode.OK
+
+    def summary(self) -> dict[str, Any]:
+        counts = self.counts()
+        return {
+            "workers": len(self.results),
+            **counts,
+            "duration_s": round(self.duration_s, 3),
+            "exit_code": int(self.exit_code),
+            **self.extra,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON shape: {"workers": [...], "summary": {...}}."""
+        return {"workers": [r.to_dict() for r in self.results], "summary": self.summary()}
+
+    def error(self) -> TpuctlError | None:
+        """The TpuctlError matching `exit_code` (for callers that prefer raising)."""
+        code = self.exit_code
+        if code == ExitCode.OK:
+            return None
+        bad = [r for r in self.results if r.status != "ok"]
+        names = ", ".join(r.target.label for r in bad[:8]) + (" …" if len(bad) > 8 else "")
+        kinds: dict[ExitCode, type[TpuctlError]] = {
+            ExitCode.INTERRUPTED: Interrupted,
+            ExitCode.AUTH: AuthError,
+            ExitCode.UNREACHABLE: UnreachableError,
+            ExitCode.DEADLINE: DeadlineError,
+            ExitCode.COMMAND_FAILED: CommandFailedError,
+        }
+        counts = self.counts()
+        detail = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "ok")
+        return kinds[code](f"{len(bad)} of {len(self.results)} workers not ok ({detail}): {names}")

@@ -1,0 +1,231 @@
+"""Which workers a fan-out reaches: gcloud-style selectors and the QR's nodes and endpoints."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tpuctl.errors import NotFoundError, TpuctlError, UsageError
+
+if TYPE_CHECKING:
+    from tpuctl.cloud.client import TpuApi
+
+SSH_PORT_ENV = "TPUCTL_SSH_PORT"
+DEFAULT_SSH_PORT = 22
+HOSTKEY_NAMESPACE = "hostkeys/"
+
+
+@dataclass(frozen=True)
+class WorkerTarget:
+    """One TPU VM: `slice/worker`, its node, the address tpuctl connects to, its host keys.
+
+    `host_keys` are "algorithm base64" pairs from the node's guest attributes (empty when
+    none were published or checking is off).
+    """
+
+    slice_index: int
+    node_id: str
+    worker: int
+    address: str
+    port: int = DEFAULT_SSH_PORT
+    host_keys: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.slice_index}/{self.worker}"
+
+    def with_host_keys(self, keys: Sequence[tuple[str, str]]) -> WorkerTarget:
+        return WorkerTarget(
+            self.slice_index, self.node_id, self.worker, self.address, self.port, tuple(keys)
+        )
+
+
+# ---------------------------------------------------------------------------------- selectors
+
+
+def parse_selector(text: str, *, what: str = "worker") -> frozenset[int] | None:
+    """gcloud's syntax: `all` (None), `3`, `1,4,6`, `0-7`, or a mix (`0,2-3`).
+
+    Raises UsageError naming the bad part.
+    """
+    value = text.strip().lower()
+    if value in ("all", "*"):
+        return None
+    chosen: set[int] = set()
+    for raw in value.split(","):
+        part = raw.strip()
+        low, dash, high = part.partition("-")
+        try:
+            if dash:
+                first, last = int(low), int(high)
+                if first > last:
+                    raise ValueError
+                chosen.update(range(first, last + 1))
+            else:
+                chosen.add(int(part))
+        except ValueError:
+            raise UsageError(
+                f"bad --{what} value {text!r}: {part!r} is not an index or a range",
+                hint=f"use all, 0, 1,3 or 0-7 (--{what})",
+            ) from None
+    if any(index < 0 for index in chosen):
+        raise UsageError(f"bad --{what} value {text!r}: indexes start at 0")
+    return frozenset(chosen)
+
+
+def select(
+    targets: Sequence[WorkerTarget], *, nodes: str = "all", workers: str = "all"
+) -> list[WorkerTarget]:
+    """The targets whose slice index (or node id) and worker index match the selectors."""
+    node_ids = {target.node_id for target in targets}
+    named = {part.strip() for part in nodes.split(",")} & node_ids
+    node_set = None if named else parse_selector(nodes, what="node")
+    worker_set = parse_selector(workers, what="worker")
+    slices = sorted({target.slice_index for target in targets})
+    if node_set is not None and not named:
+        missing = sorted(node_set - set(slices))
+        if missing:
+            raise UsageError(
+                f"--node {nodes}: no slice {', '.join(map(str, missing))} "
+                f"(this queued resource has slices {_span(slices)})"
+            )
+    chosen = [
+        target
+        for target in targets
+        if (
+            target.node_id in named if named else node_set is None or target.slice_index in node_set
+        )
+        and (worker_set is None or target.worker in worker_set)
+    ]
+    if worker_set is not None:
+        present = {target.worker for target in chosen}
+        missing = sorted(worker_set - present)
+        if missing:
+            have = sorted({target.worker for target in targets})
+            raise UsageError(
+                f"--worker {workers}: no worker {', '.join(map(str, missing))} "
+                f"(the selected slices have workers {_span(have)})"
+            )
+    return chosen
+
+
+def _span(values: Sequence[int]) -> str:
+    if not values:
+        return "none"
+    if list(values) == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0])
+    return ",".join(map(str, values))
+
+
+def ssh_port(flag: int | None, environ: Mapping[str, str] | None = None) -> int:
+    """`--ssh-port` > TPUCTL_SSH_PORT > 22."""
+    if flag:
+        return flag
+    env = os.environ if environ is None else environ
+    raw = env.get(SSH_PORT_ENV, "").strip()
+    if raw:
+        try:
+            port = int(raw)
+        except ValueError:
+            raise UsageError(f"{SSH_PORT_ENV}={raw!r} is not a port number") from None
+        if 0 < port < 65536:
+            return port
+        raise UsageError(f"{SSH_PORT_ENV}={raw!r} is not a port number")
+    return DEFAULT_SSH_PORT
+
+
+# ------------------------------------------------------------------------------ resolution
+
+
+@dataclass(frozen=True)
+class ResolvedNodes:
+    """The QR's nodes in slice order (node protos), as read once for a fan-out."""
+
+    queued_resource: str
+    nodes: tuple[Any, ...]
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [short_name(node.name) for node in self.nodes]
+
+
+def short_name(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def resolve_nodes(api: TpuApi, queued_resource_id: str) -> ResolvedNodes:
+    """The QR's nodes, in slice order: its node ids (or `<prefix>-0..n-1`), else a node list
+    filtered by `queued_resource`. Raises when the QR has no nodes (not provisioned yet)."""
+    from tpuctl.cloud.describe import state_name, template_of
+
+    queued_resource = api.get_queued_resource(queued_resource_id)
+    state = state_name(queued_resource)
+    node_ids = template_of(queued_resource).node_ids
+    nodes: list[Any] = []
+    if node_ids:
+        for node_id in node_ids:
+            node = api.get_node(api.location.node_name(node_id))
+            if node is not None:
+                nodes.append(node)
+    if not nodes:
+        owned = [n for n in api.list_nodes() if n.queued_resource == queued_resource.name]
+        nodes = sorted(owned, key=lambda n: _node_order(short_name(n.name)))
+    if not nodes:
+        raise NotFoundError(
+            f"queued resource {queued_resource_id} has no nodes (state {state})",
+            hint="wait until it is ACTIVE: tpuctl wait " + queued_resource_id,
+            resource=queued_resource.name,
+        )
+    return ResolvedNodes(queued_resource.name, tuple(nodes))
+
+
+def _node_order(node_id: str) -> tuple[str, int]:
+    prefix, _, index = node_id.rpartition("-")
+    return (prefix, int(index)) if index.isdigit() else (node_id, -1)
+
+
+def worker_targets(
+    resolved: ResolvedNodes, *, port: int, internal_ip: bool = False
+) -> list[WorkerTarget]:
+    """Every worker of every node, slice by slice: external IP, or the internal one when asked
+    (or when the node has no external IP)."""
+    targets: list[WorkerTarget] = []
+    for slice_index, node in enumerate(resolved.nodes):
+        node_id = short_name(node.name)
+        for worker, endpoint in enumerate(node.network_endpoints):
+            external = endpoint.access_config.external_ip if endpoint.access_config else ""
+            address = endpoint.ip_address if internal_ip or not external else external
+            if not address:
+                raise TpuctlError(
+                    f"worker {slice_index}/{worker} of node {node_id} has no IP address yet",
+                    hint="wait until the queued resource is ACTIVE",
+                    resource=node.name,
+                )
+            targets.append(WorkerTarget(slice_index, node_id, worker, address, port))
+    return targets
+
+
+def fetch_host_keys(api: TpuApi, targets: Sequence[WorkerTarget]) -> list[WorkerTarget]:
+    """Each target with the host keys its worker published in guest attributes (hostkeys/)."""
+    from tpuctl.cloud.client import api_errors, make_retry
+
+    keys: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for node_id in dict.fromkeys(target.node_id for target in targets):
+        name = api.location.node_name(node_id)
+        # No worker_ids: every worker, in worker order (a GuestAttributes carries no index).
+        with api_errors("get guest attributes of", name):
+            response = api.client.get_guest_attributes(
+                request={"name": name, "query_path": HOSTKEY_NAMESPACE},
+                retry=make_retry(total_seconds=api.retry_total, reads=True),
+                timeout=api.rpc_timeout,
+            )
+        for worker, attributes in enumerate(response.guest_attributes):
+            items = attributes.query_value.items if attributes.query_value else []
+            keys[(node_id, worker)] = [
+                (item.key, item.value.split()[0])
+                for item in items
+                if item.namespace.strip("/") == "hostkeys" and item.value.strip()
+            ]
+    return [t.with_host_keys(keys.get((t.node_id, t.worker), [])) for t in targets]
