@@ -24,7 +24,7 @@ from tpuctl.cli.reference import (
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-GENERATOR = REPO / "scripts" / "update-readme-cli"
+GENERATOR = REPO / "scripts" / "update-readme"
 
 
 def all_command_paths() -> list[str]:
@@ -100,10 +100,20 @@ def test_generator_script_writes_and_checks(tmp_path: Path) -> None:
 
 
 def test_readme_cli_reference_is_current() -> None:
-    fix = "run scripts/update-readme-cli to (re)generate it"
+    fix = "run scripts/update-readme to (re)generate it"
     assert README.exists(), f"README.md is missing; {fix}"
     section = current_section(README.read_text(encoding="utf-8"))
     assert section is not None, (
         f"README.md has no generated CLI reference ({START_MARKER} … {END_MARKER}); {fix}"
     )
     assert section == cli_reference_markdown(), f"README.md's CLI reference is stale; {fix}"
+
+
+def test_readme_spec_reference_is_current() -> None:
+    from tpuctl.cli.reference import spec_reference_markdown
+
+    section = current_section(README.read_text(encoding="utf-8"), "spec-reference")
+    assert section is not None, "README.md has no spec reference section; run scripts/update-readme"
+    assert section == spec_reference_markdown(), (
+        "README.md's spec reference is stale; run scripts/update-readme"
+    )

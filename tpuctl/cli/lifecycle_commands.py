@@ -3,78 +3,45 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tpuctl.cli.context import AppContext, rfc3339
 from tpuctl.cli.options import (
+    DURATION,
     app_context,
     dry_run_option,
+    impersonate_option,
     output_option,
     project_zone_options,
     set_option,
     spec_argument,
     yes_option,
 )
+from tpuctl.cli.targets import (
+    Target,
+    connect_api,
+    load_spec_warned,
+    resolve_location_for,
+    resolve_target,
+)
 from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.lifecycle import WaitOptions
-    from tpuctl.cloud.resolve import Location
     from tpuctl.cloud.watcher import WatchEvent
     from tpuctl.spec.model import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 WAIT_TARGETS = ("ACTIVE", "PROVISIONING", "WAITING_FOR_RESOURCES", "SUSPENDED", "FAILED", "DELETED")
-_RESOURCE_PATH = re.compile(r"^projects/([^/]+)/locations/([^/]+)/queuedResources/([^/]+)$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
-_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-class DurationType(click.ParamType[float, Any]):
-    """`30m`, `1h30m`, `90s`, `2d` or plain seconds → seconds (float > 0)."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, float | int):
-            return float(value)
-        text = str(value).strip().lower()
-        seconds: float | None = None
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            seconds = float(text)
-        elif text and _DURATION_PART.sub("", text) == "":
-            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
-        if seconds is None or seconds <= 0:
-            self.fail(f"{value!r} is not a positive duration like 90s, 30m or 1h30m", param, ctx)
-        return seconds
-
-
-DURATION = DurationType()
-
-
 # ----------------------------------------------------------------------------- shared options
-
-
-def impersonate_option(func: F) -> F:
-    return click.option(
-        "--impersonate-service-account",
-        "impersonate",
-        metavar="EMAIL",
-        default=None,
-        envvar="TPUCTL_IMPERSONATE_SERVICE_ACCOUNT",
-        help="Act as this service account (google-auth impersonated credentials).",
-    )(func)
 
 
 def wait_options(func: F) -> F:
@@ -117,74 +84,6 @@ def wait_options(func: F) -> F:
 
 
 # ------------------------------------------------------------------------------ resolution
-
-
-@dataclass
-class Target:
-    name: str
-    spec: Spec | None
-    location: Location
-
-
-def _load_spec(app: AppContext, path: str, overrides: Sequence[str]) -> Spec:
-    from tpuctl.spec.load import load_spec
-
-    loaded = load_spec(path, overrides=tuple(overrides))
-    for warning in loaded.warnings:
-        app.warn(str(warning))
-    return loaded.spec
-
-
-def _is_spec_path(argument: str) -> bool:
-    return argument.endswith((".yaml", ".yml")) or os.path.isfile(argument)
-
-
-def _location(
-    project: str | None, zone: str | None, spec: Spec | None, parsed: tuple[str, str] | None = None
-) -> Location:
-    from tpuctl.cloud.client import default_project
-    from tpuctl.cloud.resolve import resolve_location
-
-    project_flag, zone_flag = project, zone
-    if parsed is not None:
-        project_flag, zone_flag = project_flag or parsed[0], zone_flag or parsed[1]
-    return resolve_location(
-        project_flag=project_flag,
-        zone_flag=zone_flag,
-        spec_project=spec.project if spec else None,
-        spec_zone=spec.zone if spec else None,
-        default_project=default_project,
-    )
-
-
-def _target(
-    app: AppContext,
-    argument: str,
-    project: str | None,
-    zone: str | None,
-    overrides: Sequence[str] = (),
-) -> Target:
-    """NAME|SPEC: a .yaml/.yml or existing file is a spec; a full resource path sets P and Z."""
-    if _is_spec_path(argument):
-        spec = _load_spec(app, argument, overrides)
-        return Target(spec.name, spec, _location(project, zone, spec))
-    match = _RESOURCE_PATH.match(argument)
-    if match:
-        project_id, zone_id, name = match.groups()
-        return Target(name, None, _location(project, zone, None, (project_id, zone_id)))
-    if "/" in argument:
-        raise UsageError(
-            f"{argument!r} is neither a queued resource name nor a spec file",
-            hint="give a name like my-job, a spec path, or "
-            "projects/P/locations/Z/queuedResources/N",
-        )
-    return Target(argument, None, _location(project, zone, None))
-
-
-def _connect(location: Location, impersonate: str | None) -> TpuApi:
-    from tpuctl.cloud.client import connect
-
-    return connect(location, impersonate=impersonate)
 
 
 def _wait_options(
@@ -395,8 +294,8 @@ def create(
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    spec = _load_spec(app, spec_path, overrides)
-    location = _location(project, zone, spec)
+    spec = load_spec_warned(app, spec_path, overrides)
+    location = resolve_location_for(project, zone, spec)
     plan = lifecycle.plan_create(spec, project=location.project, zone=location.zone)
     if dry_run:
         from tpuctl.render.request import request_as_dict
@@ -406,7 +305,7 @@ def create(
         app.info(f"dry run: would create {location.queued_resource_name(plan.name)}")
         app.emit(result, _line(_json(result["request"])))
         return
-    api = _connect(location, impersonate)
+    api = connect_api(location, impersonate)
     created = lifecycle.create(api, plan, delete_on_interrupt=delete_on_interrupt)
     verb = "created" if created["action"] == "created" else "already exists from this spec:"
     app.info(f"{verb} {plan.name} ({created['queued_resource']['state']})")
@@ -465,8 +364,8 @@ def status(*, target: str, project: str | None, zone: str | None, impersonate: s
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    resolved = _target(app, target, project, zone)
-    api = _connect(resolved.location, impersonate)
+    resolved = resolve_target(app, target, project, zone)
+    api = connect_api(resolved.location, impersonate)
     summary = lifecycle.status(api, resolved.name)
     app.emit(summary, _draw_status(summary))
 
@@ -496,7 +395,7 @@ def list_command(
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    api = _connect(_location(project, zone, None), impersonate)
+    api = connect_api(resolve_location_for(project, zone, None), impersonate)
     result = lifecycle.list_queued_resources(api, include_all=include_all)
     app.emit(result, _draw_list(result))
 
@@ -528,8 +427,8 @@ def wait(
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    resolved = _target(app, target, project, zone)
-    api = _connect(resolved.location, impersonate)
+    resolved = resolve_target(app, target, project, zone)
+    api = connect_api(resolved.location, impersonate)
     options = _wait_options(
         resolved.spec,
         until=until,
@@ -566,8 +465,8 @@ def reset(
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    resolved = _target(app, target, project, zone)
-    api = _connect(resolved.location, impersonate)
+    resolved = resolve_target(app, target, project, zone)
+    api = connect_api(resolved.location, impersonate)
     with Progress(app, resolved.name).shown() as progress:
         result = lifecycle.reset(
             api, resolved.name, wait_for_active=wait_after, timeout=timeout, on_event=progress
@@ -605,10 +504,10 @@ def delete(
     from tpuctl.cloud import lifecycle
 
     app = app_context()
-    resolved = _target(app, target, project, zone)
+    resolved = resolve_target(app, target, project, zone)
     if not yes:
         _confirm_delete(resolved, force)
-    api = _connect(resolved.location, impersonate)
+    api = connect_api(resolved.location, impersonate)
     with Progress(app, resolved.name).shown() as progress:
         result = lifecycle.delete(
             api,

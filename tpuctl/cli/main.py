@@ -91,6 +91,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "run",
         "Start a spec's job on an ACTIVE queued resource (the multihost_runner workflow).",
     ),
+    "checkpoints": (
+        "tpuctl.cli.resume_commands",
+        "checkpoints",
+        "Orbax checkpoints in a directory or a spec's checkpoint dir: latest step, unfinished.",
+    ),
 }
 
 
@@ -168,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
     """The error boundary: library errors become one line (or a JSON object) and an exit code."""
     try:
-        cli.main(args=args, prog_name="tpuctl", standalone_mode=False)
+        # A command that has already printed its result ends with ctx.exit(code); without
+        # standalone mode click returns that code here instead of exiting.
+        outcome = cli.main(args=args, prog_name="tpuctl", standalone_mode=False)
     except TpuctlError as error:
         if debug:
             import traceback
@@ -200,7 +207,7 @@ def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
         )
         _report(internal, as_json)
         return int(ExitCode.ERROR)
-    return int(ExitCode.OK)
+    return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else 0
 
 
 def _from_click(error: click.ClickException) -> TpuctlError:

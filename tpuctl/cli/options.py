@@ -84,3 +84,36 @@ def dry_run_option(func: F) -> F:
     return click.option(
         "--dry-run", is_flag=True, default=False, help="Show what would be sent; send nothing."
     )(func)
+
+
+class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in click ≥ 8.3
+    """`30m`, `1h30m`, `90s`, `2d` or plain seconds, in the spec's syntax → seconds (> 0)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float | int) and not isinstance(value, bool):
+            return float(value)
+        from tpuctl.spec.durations import parse_duration
+
+        try:
+            seconds = parse_duration(str(value)).total_seconds()
+        except ValueError:
+            seconds = 0.0
+        if seconds <= 0:
+            self.fail(f"{value!r} is not a positive duration like 90s, 30m or 1h30m", param, ctx)
+        return seconds
+
+
+DURATION = DurationType()
+
+
+def impersonate_option(func: F) -> F:
+    return click.option(
+        "--impersonate-service-account",
+        "impersonate",
+        metavar="EMAIL",
+        default=None,
+        envvar="TPUCTL_IMPERSONATE_SERVICE_ACCOUNT",
+        help="Act as this service account (google-auth impersonated credentials).",
+    )(func)

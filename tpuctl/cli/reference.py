@@ -1,14 +1,18 @@
-"""The CLI reference in Markdown, generated from the click tree (the README's generated section)."""
+"""The README's generated sections: the CLI reference from the click tree, the spec reference."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
 
 START_MARKER = "<!-- cli-reference:start -->"
 END_MARKER = "<!-- cli-reference:end -->"
+
+
+def markers(section: str) -> tuple[str, str]:
+    return f"<!-- {section}:start -->", f"<!-- {section}:end -->"
 
 
 def walk_commands(
@@ -73,20 +77,36 @@ def cli_reference_markdown() -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def replace_section(document: str, generated: str) -> str | None:
+def spec_reference_markdown() -> str:
+    from tpuctl.spec.fields import reference_markdown
+
+    text = reference_markdown()
+    return text if text.endswith("\n") else text + "\n"
+
+
+# Section name (between `<!-- NAME:start -->` and `<!-- NAME:end -->`) → its generator.
+SECTIONS: dict[str, Callable[[], str]] = {
+    "cli-reference": cli_reference_markdown,
+    "spec-reference": spec_reference_markdown,
+}
+
+
+def replace_section(document: str, generated: str, section: str = "cli-reference") -> str | None:
     """The document with the text between the markers replaced; None when a marker is missing."""
-    start = document.find(START_MARKER)
-    end = document.find(END_MARKER)
+    start_marker, end_marker = markers(section)
+    start = document.find(start_marker)
+    end = document.find(end_marker)
     if start < 0 or end < start:
         return None
-    head = document[: start + len(START_MARKER)]
+    head = document[: start + len(start_marker)]
     return f"{head}\n{generated}{document[end:]}"
 
 
-def current_section(document: str) -> str | None:
+def current_section(document: str, section: str = "cli-reference") -> str | None:
     """The text between the markers (without them), or None when a marker is missing."""
-    start = document.find(START_MARKER)
-    end = document.find(END_MARKER)
+    start_marker, end_marker = markers(section)
+    start = document.find(start_marker)
+    end = document.find(end_marker)
     if start < 0 or end < start:
         return None
-    return document[start + len(START_MARKER) : end].removeprefix("\n")
+    return document[start + len(start_marker) : end].removeprefix("\n")

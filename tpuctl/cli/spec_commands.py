@@ -7,11 +7,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from tpuctl.cli.options import (
+    DURATION,
     app_context,
     output_option,
     project_zone_options,
@@ -27,25 +28,6 @@ if TYPE_CHECKING:
 
 PLACEHOLDER_PROJECT = "PROJECT_ID"
 PLACEHOLDER_ZONE = "ZONE"
-
-
-class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in click ≥ 8.3
-    """A positive duration in the spec's syntax (`24h`, `90m`, `1h30m`, `2d`, seconds)."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, timedelta):
-            return value
-        from tpuctl.spec.durations import parse_duration
-
-        try:
-            duration = parse_duration(str(value))
-        except ValueError:
-            duration = timedelta(0)
-        if duration <= timedelta(0):
-            self.fail(f"{value!r} is not a duration like 24h, 90m, 1h30m or 2d", param, ctx)
-        return duration
 
 
 def _warn(message: str) -> None:
@@ -189,7 +171,7 @@ def _write(text: str, *, newline: bool = True) -> None:
 @spec_argument
 @click.option(
     "--mtbf",
-    type=DurationType(),
+    type=DURATION,
     default=None,
     help="Mean time between failures of the whole job (e.g. 24h), or of one host with "
     "--mtbf-per-host. Enables the checkpoint-interval arithmetic.",
@@ -218,7 +200,7 @@ def _write(text: str, *, newline: bool = True) -> None:
 def plan(
     *,
     spec_path: str,
-    mtbf: timedelta | None,
+    mtbf: float | None,
     mtbf_per_host: bool,
     save_seconds: float | None,
     restart_seconds: float,
@@ -233,7 +215,7 @@ def plan(
     try:
         result = make_plan(
             spec,
-            mtbf=mtbf,
+            mtbf=timedelta(seconds=mtbf) if mtbf is not None else None,
             mtbf_per_host=mtbf_per_host,
             save_seconds=save_seconds,
             restart_seconds=restart_seconds,

@@ -1,0 +1,87 @@
+"""Resolving what a command acts on: NAME|SPEC → name, spec and location; the API connection."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tpuctl.cli.context import AppContext
+from tpuctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpuctl.cloud.client import TpuApi
+    from tpuctl.cloud.resolve import Location
+    from tpuctl.spec.model import Spec
+
+_RESOURCE_PATH = re.compile(r"^projects/([^/]+)/locations/([^/]+)/queuedResources/([^/]+)$")
+
+
+@dataclass
+class Target:
+    name: str
+    spec: Spec | None
+    location: Location
+
+
+def load_spec_warned(app: AppContext, path: str, overrides: Sequence[str]) -> Spec:
+    from tpuctl.spec.load import load_spec
+
+    loaded = load_spec(path, overrides=tuple(overrides))
+    for warning in loaded.warnings:
+        app.warn(str(warning))
+    return loaded.spec
+
+
+def is_spec_path(argument: str) -> bool:
+    return argument.endswith((".yaml", ".yml")) or os.path.isfile(argument)
+
+
+def resolve_location_for(
+    project: str | None, zone: str | None, spec: Spec | None, parsed: tuple[str, str] | None = None
+) -> Location:
+    from tpuctl.cloud.client import default_project
+    from tpuctl.cloud.resolve import resolve_location
+
+    project_flag, zone_flag = project, zone
+    if parsed is not None:
+        project_flag, zone_flag = project_flag or parsed[0], zone_flag or parsed[1]
+    return resolve_location(
+        project_flag=project_flag,
+        zone_flag=zone_flag,
+        spec_project=spec.project if spec else None,
+        spec_zone=spec.zone if spec else None,
+        default_project=default_project,
+    )
+
+
+def resolve_target(
+    app: AppContext,
+    argument: str,
+    project: str | None,
+    zone: str | None,
+    overrides: Sequence[str] = (),
+) -> Target:
+    """NAME|SPEC: a .yaml/.yml or existing file is a spec; a full resource path sets P and Z."""
+    if is_spec_path(argument):
+        spec = load_spec_warned(app, argument, overrides)
+        return Target(spec.name, spec, resolve_location_for(project, zone, spec))
+    match = _RESOURCE_PATH.match(argument)
+    if match:
+        project_id, zone_id, name = match.groups()
+        return Target(name, None, resolve_location_for(project, zone, None, (project_id, zone_id)))
+    if "/" in argument:
+        raise UsageError(
+            f"{argument!r} is neither a queued resource name nor a spec file",
+            hint="give a name like my-job, a spec path, or "
+            "projects/P/locations/Z/queuedResources/N",
+        )
+    return Target(argument, None, resolve_location_for(project, zone, None))
+
+
+def connect_api(location: Location, impersonate: str | None) -> TpuApi:
+    from tpuctl.cloud.client import connect
+
+    return connect(location, impersonate=impersonate)
