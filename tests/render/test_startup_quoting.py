@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -71,4 +72,7 @@ def test_strings_survive_the_script_byte_for_byte(
     assert (home / "setup_value").read_bytes() == setup_value.encode()
     # The exact command bash ran, recorded by the script.
     assert (worker.state_dir / "command").read_bytes() == command.encode()
-    assert not (home / "job/pwned").exists()
+    # An injected `touch pwned` would land in whatever directory the shell was in: look in
+    # the whole emulated VM and in this process's directory.
+    assert not list(worker.root.rglob("pwned"))
+    assert not (Path.cwd() / "pwned").exists()
