@@ -11,6 +11,8 @@ import click
 from tpuctl.cli.options import app_context, output_option, set_option
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from rich.console import Console
 
     from tpuctl.cli.context import AppContext
@@ -58,18 +60,25 @@ def checkpoints(location: str, overrides: tuple[str, ...]) -> None:
     then the latest complete step a restart resumes from, unfinished saves and stale tmp
     folders. Exit 5 when the directory does not exist, 2 for a spec without checkpoint.dir.
     """
+    from tpuctl.errors import UsageError
     from tpuctl.resume.checkpoints import inspect_checkpoints
 
     app = app_context()
-    url = (
-        _spec_checkpoint_root(app, location, overrides) if _is_spec_argument(location) else location
-    )
+    if _is_spec_argument(location):
+        url = _spec_checkpoint_root(app, location, overrides)
+    elif overrides:
+        raise UsageError(
+            "--set applies to a spec, not to a directory", hint=f"{location} is no spec"
+        )
+    else:
+        url = location
     report = inspect_checkpoints(url)
     app.emit(report.to_dict(), _draw_checkpoints(report))
 
 
 def _draw_checkpoints(report: CheckpointReport) -> Callable[[Console], None]:
     def draw(console: Console) -> None:
+        from rich.measure import Measurement
         from rich.table import Table
 
         console.print(f"{report.url} ({report.storage})", markup=False)
@@ -101,7 +110,15 @@ def _draw_checkpoints(report: CheckpointReport) -> Callable[[Console], None]:
         for row in sorted(rows, key=lambda row: (row[0], row[1])):
             table.add_row(str(row[0]), *row[1:])
         if rows:
-            console.print(table)
+            # Folder names are what people copy: a narrow terminal wraps the lines rather than
+            # have rich cut the names short.
+            needed = Measurement.get(console, console.options.update_width(1000), table).maximum
+            width = console.width  # print(width=) cannot go wider than the console
+            console.width = max(width, needed)
+            try:
+                console.print(table)
+            finally:
+                console.width = width
         else:
             console.print("no step folders", markup=False)
         latest = "none" if report.latest_step is None else str(report.latest_step)
@@ -113,12 +130,10 @@ def _draw_checkpoints(report: CheckpointReport) -> Callable[[Console], None]:
     return draw
 
 
-def _time(moment: object) -> str:
-    from datetime import datetime
-
+def _time(moment: datetime | None) -> str:
     from tpuctl.cli.context import rfc3339
 
-    return rfc3339(moment) if isinstance(moment, datetime) else "-"
+    return "-" if moment is None else rfc3339(moment)
 
 
 def _seconds(seconds: float | None) -> str:
