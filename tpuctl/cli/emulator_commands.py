@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tpuctl.cli.options import app_context, output_option
-from tpuctl.errors import UsageError
+from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -92,6 +92,14 @@ def start(  # noqa: PLR0917 - click passes options positionally
         parse_delays,
         parse_duration,
     )
+
+    try:
+        import asyncssh  # noqa: F401  (the worker SSH servers; checked here for a clear error)
+    except ImportError:
+        raise TpuctlError(
+            "the emulator's SSH servers need asyncssh, which is not installed",
+            hint="pip install 'tpuctl[emulator]' (scripts/demo and scripts/test install it)",
+        ) from None
     from tpuctl.emulator.server import Emulator
 
     if speed <= 0:
