@@ -78,7 +78,10 @@ def test_first_run_launches_once_with_identity(
     assert env["TPUCTL_PROCESS_ID"] == "3" and env["TPUCTL_NUM_PROCESSES"] == "4"
     assert env["TPUCTL_RUN_NAME"] == "demo"
     assert env["TPUCTL_CHECKPOINT_DIR"] == f"{home}/ckpt"
-    assert env["TPUCTL_DONE_MARKER"] == str(worker.state_dir / "DONE")
+    # With checkpoint.dir the marker lives beside the checkpoints (<dir>/tpuctl/<run>/DONE).
+    assert env["TPUCTL_DONE_MARKER"] == f"{home}/ckpt/tpuctl/demo/DONE"
+    assert env["TPUCTL_AUTOCHECKPOINT"] == "0"
+    assert "TPUCTL_TARGET_STEP" not in env
     assert env["MEGASCALE_SLICE_ID"] == "1" and env["MEGASCALE_NUM_SLICES"] == "2"
     assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "10.0.0.2:8080"
     log = (worker.log_dir / "boot-1.log").read_text()

@@ -260,7 +260,7 @@ def test_local_code_resolves_next_to_the_spec(
 def test_missing_local_code_warns(load: Load, minimal: str) -> None:
     loaded = load(minimal + "job:\n  command: x\n  code: ./nothing-here\n")
     assert len(loaded.warnings) == 1
-    assert "job.code: local code directory ./nothing-here does not exist" in loaded.warnings[0]
+    assert "job.code: local code ./nothing-here does not exist" in loaded.warnings[0]
     assert resolve_code_path(load(minimal).spec) is None
 
 

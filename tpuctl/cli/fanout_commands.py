@@ -386,17 +386,62 @@ def _run_option(func: F) -> F:
 @click.command()
 @click.argument("target", metavar="NAME|SPEC")
 @_run_option
+@click.option(
+    "--job",
+    "startup_job",
+    is_flag=True,
+    default=False,
+    help="Show the startup-script job (state, boot, pid, exit code, heartbeat) instead of "
+    "detached runs; the run name comes from SPEC, or from NAME's tpuctl-run label.",
+)
 @selector_options()
 @ssh_options
 def ps(
-    *, target: str, run_id: str | None, node: str | None, worker: str | None, **values: Any
+    *,
+    target: str,
+    run_id: str | None,
+    startup_job: bool,
+    node: str | None,
+    worker: str | None,
+    **values: Any,
 ) -> None:
-    """State of a detached run on every worker: running, exited (code), stopped or unknown."""
+    """State of a detached run on every worker: running, exited (code), stopped or unknown.
+
+    With --job, the state of the job the startup script runs: starting, setup,
+    waiting-for-code, running, exited (code), done, setup-failed, or none.
+    """
     from tpuctl.fanout import operations
 
     app = app_context()
+    if startup_job:
+        if run_id is not None:
+            raise UsageError("--job shows the startup-script job; --run names a detached run")
+        _job_ps(app, target, _ssh_params(values), node=node, worker=worker)
+        return
     fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker)
     _finish(app, operations.run_status(fleet, run_id), extra_columns=True)
+
+
+def _job_ps(
+    app: AppContext, target: str, params: dict[str, Any], *, node: str | None, worker: str | None
+) -> None:
+    """`ps --job`: every worker's startup-script job status, in the fan-out table and JSON."""
+    from tpuctl.fanout import jobs
+    from tpuctl.fanout.operations import prepare_fleet
+
+    resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"))
+    api = connect_api(resolved.location, params.pop("impersonate"))
+    run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
+    settings = _settings(app, **params)
+    fleet = prepare_fleet(
+        api,
+        resolved.name,
+        settings,
+        nodes=node or "all",
+        workers=worker or "all",
+        on_progress=app.info,
+    )
+    _finish(app, jobs.probe_jobs(fleet, run_name), extra_columns=True)
 
 
 @click.command()

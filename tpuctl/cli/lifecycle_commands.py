@@ -357,8 +357,23 @@ def _json(data: Any) -> str:
 @click.argument("target", metavar="NAME|SPEC")
 @project_zone_options
 @impersonate_option
+@click.option(
+    "--jobs",
+    "show_jobs",
+    is_flag=True,
+    default=False,
+    help="Also read every worker's startup-script job over SSH (state, boot, pid, exit code, "
+    "heartbeat age; JSON key jobs). The run name comes from SPEC, or NAME's tpuctl-run label.",
+)
 @output_option
-def status(*, target: str, project: str | None, zone: str | None, impersonate: str | None) -> None:
+def status(
+    *,
+    target: str,
+    project: str | None,
+    zone: str | None,
+    impersonate: str | None,
+    show_jobs: bool = False,
+) -> None:
     """State of a queued resource (how long in it, who caused it, why it failed), its slices,
     nodes, health and every worker's addresses."""
     from tpuctl.cloud import lifecycle
@@ -367,7 +382,65 @@ def status(*, target: str, project: str | None, zone: str | None, impersonate: s
     resolved = resolve_target(app, target, project, zone)
     api = connect_api(resolved.location, impersonate)
     summary = lifecycle.status(api, resolved.name)
-    app.emit(summary, _draw_status(summary))
+    if not show_jobs:
+        app.emit(summary, _draw_status(summary))
+        return
+    summary["jobs"] = _job_statuses(app, api, resolved, summary)
+    app.emit(summary, _draw_status_and_jobs(summary))
+
+
+# ---------------------------------------------------------------------- status --jobs
+
+
+def _job_statuses(
+    app: AppContext, api: Any, resolved: Target, summary: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every worker's startup-script job (tpuctl.fanout.jobs), or [] when there are no workers."""
+    from tpuctl.fanout import jobs
+    from tpuctl.fanout.operations import SshSettings, prepare_fleet
+
+    run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
+    if summary["state"] != "ACTIVE":
+        app.warn(f"{resolved.name} is {summary['state']}: no workers to read the job from")
+        return []
+    fleet = prepare_fleet(api, resolved.name, SshSettings(), on_progress=app.info)
+    return [status.to_dict() for status in jobs.job_status_for_run(fleet, run_name)]
+
+
+def _draw_status_and_jobs(summary: dict[str, Any]) -> Callable[[Console], None]:
+    draw_status = _draw_status(summary)
+
+    def draw(console: Console) -> None:
+        from rich.table import Table
+
+        draw_status(console)
+        if not summary["jobs"]:
+            return
+        table = Table(box=None, pad_edge=False, title="job", title_justify="left")
+        columns = ("SLICE", "WORKER", "STATE", "BOOT", "PID", "STARTED", "EXIT", "HEARTBEAT")
+        for column in (*columns, "REASON / ERROR"):
+            table.add_column(column, overflow="fold")
+        for job in summary["jobs"]:
+            pid = (
+                "-"
+                if job["pid"] is None
+                else f"{job['pid']}{'' if job['trainer_alive'] else ' (gone)'}"
+            )
+            age = job["heartbeat_age_s"]
+            table.add_row(
+                str(job["slice"]),
+                str(job["worker"]),
+                job["state"],
+                "-" if job["boot"] is None else str(job["boot"]),
+                pid,
+                job["started"] or "-",
+                "-" if job["exit_code"] is None else str(job["exit_code"]),
+                "-" if age is None else f"{_human_seconds(age)} ago",
+                job["error"] or job["reason"] or "",
+            )
+        console.print(table)
+
+    return draw
 
 
 @click.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -200,27 +201,35 @@ def run_logs(
 # ------------------------------------------------------------------------------ transfers
 
 
-def pack_directory(local_dir: Path) -> bytes:
-    """The directory's contents as tar.gz, packed once for every worker."""
-    if not local_dir.is_dir():
-        raise UsageError(f"{local_dir} is not a directory")
+def pack_local(path: Path) -> bytes:
+    """A directory's contents, or one file under its own name, as tar.gz, packed once for every
+    worker. mtime 0 in the gzip header: the same input always packs to the same bytes."""
+    if not path.exists():
+        raise UsageError(f"{path} does not exist")
+    if path.is_dir():
+        members = [(item, str(item.relative_to(path))) for item in sorted(path.rglob("*"))]
+    else:
+        members = [(path, path.name)]
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
-        for path in sorted(local_dir.rglob("*")):
-            archive.add(path, arcname=str(path.relative_to(local_dir)), recursive=False)
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6, mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w") as archive,
+    ):
+        for item, name in members:
+            archive.add(item, arcname=name, recursive=False)
     return buffer.getvalue()
 
 
 def upload(
     fleet: Fleet,
-    local_dir: Path,
+    local_dir: Path,  # a directory (its contents) or one file
     remote_dir: str,
     *,
     on_event: EventCallback | None = None,
 ) -> FanoutResult:
     """Pack `local_dir` once and stream it to every worker's `remote_dir` (tar over stdin),
     which checks the sha256 before extracting."""
-    archive = pack_directory(local_dir)
+    archive = pack_local(local_dir)
     digest = hashlib.sha256(archive).hexdigest()
     script = remote.upload_script(remote_dir, digest)
     result = run_fanout(

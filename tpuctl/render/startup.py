@@ -7,12 +7,15 @@ import shlex
 
 from tpuctl.errors import SpecError
 from tpuctl.render.frameworks import FlagValue, PresetFlag, preset_flags
+from tpuctl.resume.checkpoints import checkpoint_root, done_marker
 from tpuctl.spec.model import Spec
 
 # Where the checkpoint dir points when the spec names none: on the worker's disk, per user.
 DEFAULT_CHECKPOINT_DIR = "~/checkpoints"
 # Paths on a worker (under $TPUCTL_VM_ROOT on an emulated one) that other layers read or write:
-# <STATE_ROOT>/<run>/{status,boot,command,DONE}, <LOG_ROOT>/<run>/{boot-N.log,current.log}.
+# <STATE_ROOT>/<run>/{status,boot,command}, <LOG_ROOT>/<run>/{boot-N.log,current.log}, and the
+# done marker <STATE_ROOT>/<run>/DONE when the spec has no checkpoint.dir (with one, the marker
+# is `done_marker(spec)` in the shared checkpoint dir, so it outlives a repaired worker's disk).
 STATE_ROOT = "/var/lib/tpuctl"
 LOG_ROOT = "/var/log/tpuctl"
 # With a local job.code, the upload creates <workdir>/<CODE_READY_MARKER> last, then runs the
@@ -42,9 +45,17 @@ def render_startup_script(spec: Spec) -> str:
         "WORKDIR_SPEC": job.workdir,
         "CODE": job.code or "",
         "CHECKPOINT_DIR_SPEC": spec.checkpoint.dir or DEFAULT_CHECKPOINT_DIR,
+        # Both empty without checkpoint.dir: the marker then stays on the worker's disk.
+        "CHECKPOINT_ROOT_SPEC": checkpoint_root(spec) or "",
+        "DONE_MARKER_SPEC": done_marker(spec) or "",
         "FRAMEWORK": job.framework,
         "JOB_COMMAND": job.command,
     }
+    if job.target_step is not None and not spec.checkpoint.dir:
+        raise SpecError(
+            "target_step needs a checkpoint directory to find the committed steps in",
+            path="job.target_step",
+        )
     for name, value in values.items():
         _check_no_nul(value, _spec_path(name))
     for index, line in enumerate(job.setup):
@@ -68,6 +79,7 @@ def render_startup_script(spec: Spec) -> str:
     header += [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     header.append(f"MULTISLICE={1 if spec.tpu.slices > 1 else 0}")
     header.append(f"AUTOCHECKPOINT={1 if spec.checkpoint.autocheckpoint else 0}")
+    header.append(f"TARGET_STEP={'' if job.target_step is None else int(job.target_step)}")
     header.append(_bash_array("SETUP_COMMANDS", [shlex.quote(line) for line in job.setup]))
     header.append(
         _bash_array("JOB_ENV", [shlex.quote(f"{key}={value}") for key, value in job.env.items()])
@@ -111,6 +123,8 @@ def _spec_path(variable: str) -> str:
         "WORKDIR_SPEC": "job.workdir",
         "CODE": "job.code",
         "CHECKPOINT_DIR_SPEC": "checkpoint.dir",
+        "CHECKPOINT_ROOT_SPEC": "checkpoint.dir",
+        "DONE_MARKER_SPEC": "checkpoint.dir",
         "FRAMEWORK": "job.framework",
         "JOB_COMMAND": "job.command",
     }[variable]
@@ -132,7 +146,12 @@ CODE_READY_MARKER=.tpuctl-uploaded
 TPUCTL_DIR="$VM_ROOT/var/lib/tpuctl"
 STATE_DIR="$TPUCTL_DIR/$RUN_NAME"
 LOG_DIR="$VM_ROOT/var/log/tpuctl/$RUN_NAME"
+# Without checkpoint.dir the marker is on this disk; with one it is in the shared checkpoint dir
+# (resolved below), where it outlives a repaired worker's new disk and any machine can see it.
 DONE_MARKER="$STATE_DIR/DONE"
+CHECKPOINT_ROOT=""
+# An Orbax step folder: `N` or `<prefix>_N` (a local save in progress is `N.orbax-checkpoint-tmp…`).
+STEP_NAME='^([^/]*_)?([0-9]+)$'
 BOOT_LOG=""
 STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON=""
 
@@ -213,11 +232,76 @@ resolve_path() {
 
 # The checkpoint dir is shared storage: a bucket, or an absolute path that all emulated workers
 # share the way they would share a bucket, so only `~` and relative paths are rewritten.
-resolve_checkpoint_dir() {
-  case $CHECKPOINT_DIR_SPEC in
-    gs://* | /*) CHECKPOINT_DIR=$CHECKPOINT_DIR_SPEC ;;
-    *) resolve_path "$CHECKPOINT_DIR_SPEC" && CHECKPOINT_DIR=$RESOLVED ;;
+resolve_shared_path() {
+  case $1 in
+    gs://* | /*) RESOLVED=$1 ;;
+    *) resolve_path "$1" ;;
   esac
+}
+
+# gcloud when the image has it, else gsutil (older images).
+gcs() {
+  if command -v gcloud >/dev/null; then
+    case $1 in
+      exists) gcloud storage ls -- "$2" >/dev/null 2>&1 ;;
+      list) gcloud storage ls -- "$2" 2>/dev/null ;;
+      write) gcloud storage cp - "$2" ;;
+    esac
+  else
+    case $1 in
+      exists) gsutil -q stat "$2" >/dev/null 2>&1 ;;
+      list) gsutil ls "$2" 2>/dev/null ;;
+      write) gsutil -q cp - "$2" ;;
+    esac
+  fi
+}
+
+# Only the marker says a job is done, never an exit code.
+done_marker_exists() {
+  case $DONE_MARKER in
+    gs://*) gcs exists "$DONE_MARKER" ;;
+    *) [[ -e $DONE_MARKER ]] ;;
+  esac
+}
+
+write_done_marker() {
+  local tmp text="$*"
+  case $DONE_MARKER in
+    gs://*) printf '%s\n' "$text" | gcs write "$DONE_MARKER" ;;
+    *)
+      tmp="$DONE_MARKER.tmp.$BASHPID"
+      mkdir -p -- "${DONE_MARKER%/*}" && printf '%s\n' "$text" >"$tmp" &&
+        mv -f -- "$tmp" "$DONE_MARKER"
+      ;;
+  esac
+}
+
+# The highest committed step under the checkpoint root: on Cloud Storage a step folder with
+# commit_success.txt (Orbax adds it last), on a disk any step folder (a save in progress has a
+# tmp name and is renamed when committed). Prints nothing when there is none.
+latest_committed_step() {
+  local best="" path step listing
+  case $CHECKPOINT_ROOT in
+    gs://*)
+      listing=$(gcs list "$CHECKPOINT_ROOT/*/commit_success.txt") || listing=""
+      while IFS= read -r path; do
+        path=${path%/commit_success.txt}
+        [[ ${path##*/} =~ $STEP_NAME ]] || continue
+        step=$((10#${BASH_REMATCH[2]}))
+        if [[ -z $best ]] || ((step > best)); then best=$step; fi
+      done <<<"$listing"
+      ;;
+    "") ;;
+    *)
+      for path in "$CHECKPOINT_ROOT"/*/; do
+        path=${path%/}
+        [[ -d $path && ${path##*/} =~ $STEP_NAME ]] || continue
+        step=$((10#${BASH_REMATCH[2]}))
+        if [[ -z $best ]] || ((step > best)); then best=$step; fi
+      done
+      ;;
+  esac
+  printf '%s' "$best"
 }
 
 # ----------------------------------------------------------------------------------------------
@@ -230,58 +314,25 @@ if ! flock -n 9; then
   exit 0
 fi
 
+# Boots are counted; tpuctl running the script again in the same boot (after uploading the code,
+# or to restart the job: TPUCTL_STARTUP_RERUN=1) is not a new one and shares its log.
 BOOT=$(cat "$STATE_DIR/boot" 2>/dev/null || true)
 [[ $BOOT =~ ^[0-9]+$ ]] || BOOT=0
-BOOT=$((BOOT + 1))
-printf '%s\n' "$BOOT" >"$STATE_DIR/.boot.tmp" && mv -f "$STATE_DIR/.boot.tmp" "$STATE_DIR/boot"
+RUN_KIND=boot
+if [[ ${TPUCTL_STARTUP_RERUN:-} == 1 ]] && ((BOOT > 0)); then
+  RUN_KIND="rerun in boot"
+else
+  BOOT=$((BOOT + 1))
+  printf '%s\n' "$BOOT" >"$STATE_DIR/.boot.tmp" && mv -f "$STATE_DIR/.boot.tmp" "$STATE_DIR/boot"
+fi
 BOOT_LOG="$LOG_DIR/boot-$BOOT.log"
 : >>"$BOOT_LOG"
 ln -sfn "boot-$BOOT.log" "$LOG_DIR/current.log"
 write_status
-log "boot $BOOT of run $RUN_NAME (spec $SPEC_NAME," \
+log "$RUN_KIND $BOOT of run $RUN_NAME (spec $SPEC_NAME," \
   "framework $FRAMEWORK, autocheckpoint $AUTOCHECKPOINT)"
 
-# 2. A finished run stays finished. Only the marker says so: MaxText exits 0 after an on-demand
-#    checkpoint and Pax exits 1, so an exit code means nothing.
-if [[ -e $DONE_MARKER ]]; then
-  STATUS_STATE=done
-  write_status
-  log "done marker $DONE_MARKER exists; not relaunching"
-  exit 0
-fi
-
-# 3. Who this worker is, from the metadata server.
-WORKER_ID=$(metadata agent-worker-number) ||
-  fail_setup "cannot read agent-worker-number from $METADATA_URL"
-TPU_ENV=$(metadata tpu-env) || TPU_ENV=""
-ENDPOINTS=$(metadata worker-network-endpoints) || ENDPOINTS=""
-NODE_ID=$(tpu_env_value NODE_ID)
-ACCELERATOR_TYPE=$(tpu_env_value ACCELERATOR_TYPE)
-MEGASCALE_COORDINATOR_ADDRESS=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
-MEGASCALE_NUM_SLICES=$(tpu_env_value MEGASCALE_NUM_SLICES)
-MEGASCALE_SLICE_ID=$(tpu_env_value MEGASCALE_SLICE_ID)
-TPU_ENV_WORKER_ID=$(tpu_env_value WORKER_ID)
-if [[ -n $TPU_ENV_WORKER_ID && $TPU_ENV_WORKER_ID != "$WORKER_ID" ]]; then
-  log "warning: tpu-env WORKER_ID=$TPU_ENV_WORKER_ID differs from agent-worker-number=$WORKER_ID"
-fi
-SLICE_ID=${MEGASCALE_SLICE_ID:-0}
-NUM_SLICES=${MEGASCALE_NUM_SLICES:-1}
-IFS=, read -r -a ENDPOINT_LIST <<<"$ENDPOINTS"
-WORKERS_PER_SLICE=${#ENDPOINT_LIST[@]}
-((WORKERS_PER_SLICE > 0)) || WORKERS_PER_SLICE=1
-for number in "$WORKER_ID" "$SLICE_ID" "$NUM_SLICES"; do
-  [[ $number =~ ^[0-9]+$ ]] || fail_setup "metadata gave a non-numeric worker/slice id: '$number'"
-done
-# JAX's coordinator is worker 0 on port 8476; across slices that is slice 0's worker 0, which
-# MEGASCALE_COORDINATOR_ADDRESS names (the first endpoint of this slice would differ per slice).
-IFS=: read -r _ _ FIRST_IP _ <<<"${ENDPOINT_LIST[0]:-}" || true
-COORDINATOR_HOST=${FIRST_IP:-127.0.0.1}
-if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
-  COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
-fi
-log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
-
-# 4. The user, rebuilt on every boot: after a repair the disk is new.
+# 2. The user, rebuilt on every boot: after a repair the disk is new.
 STATUS_STATE=setup
 write_status
 AS_USER=()
@@ -315,11 +366,63 @@ if ! "${AS_USER[@]}" mkdir -p -- "$WORKDIR" 2>/dev/null; then
   mkdir -p -- "$WORKDIR"
   if ((${#AS_USER[@]})); then chown -- "$JOB_UID:$JOB_GID" "$WORKDIR"; fi
 fi
-resolve_checkpoint_dir
+resolve_shared_path "$CHECKPOINT_DIR_SPEC"
+CHECKPOINT_DIR=$RESOLVED
 case $CHECKPOINT_DIR in
   gs://*) ;;
   *) "${AS_USER[@]}" mkdir -p -- "$CHECKPOINT_DIR" || log "warning: cannot create it now" ;;
 esac
+if [[ -n $DONE_MARKER_SPEC ]]; then
+  resolve_shared_path "$DONE_MARKER_SPEC"
+  DONE_MARKER=$RESOLVED
+  resolve_shared_path "$CHECKPOINT_ROOT_SPEC"
+  CHECKPOINT_ROOT=$RESOLVED
+  # The job writes the marker itself when it finishes.
+  case $DONE_MARKER in
+    gs://*) ;;
+    *) "${AS_USER[@]}" mkdir -p -- "${DONE_MARKER%/*}" || log "warning: cannot create it now" ;;
+  esac
+fi
+
+# 3. A finished run stays finished. Only the marker says so: MaxText exits 0 after an on-demand
+#    checkpoint and Pax exits 1, so an exit code means nothing.
+if done_marker_exists; then
+  STATUS_STATE=done
+  write_status
+  log "done marker $DONE_MARKER exists; not relaunching"
+  exit 0
+fi
+
+# 4. Who this worker is, from the metadata server.
+WORKER_ID=$(metadata agent-worker-number) ||
+  fail_setup "cannot read agent-worker-number from $METADATA_URL"
+TPU_ENV=$(metadata tpu-env) || TPU_ENV=""
+ENDPOINTS=$(metadata worker-network-endpoints) || ENDPOINTS=""
+NODE_ID=$(tpu_env_value NODE_ID)
+ACCELERATOR_TYPE=$(tpu_env_value ACCELERATOR_TYPE)
+MEGASCALE_COORDINATOR_ADDRESS=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
+MEGASCALE_NUM_SLICES=$(tpu_env_value MEGASCALE_NUM_SLICES)
+MEGASCALE_SLICE_ID=$(tpu_env_value MEGASCALE_SLICE_ID)
+TPU_ENV_WORKER_ID=$(tpu_env_value WORKER_ID)
+if [[ -n $TPU_ENV_WORKER_ID && $TPU_ENV_WORKER_ID != "$WORKER_ID" ]]; then
+  log "warning: tpu-env WORKER_ID=$TPU_ENV_WORKER_ID differs from agent-worker-number=$WORKER_ID"
+fi
+SLICE_ID=${MEGASCALE_SLICE_ID:-0}
+NUM_SLICES=${MEGASCALE_NUM_SLICES:-1}
+IFS=, read -r -a ENDPOINT_LIST <<<"$ENDPOINTS"
+WORKERS_PER_SLICE=${#ENDPOINT_LIST[@]}
+((WORKERS_PER_SLICE > 0)) || WORKERS_PER_SLICE=1
+for number in "$WORKER_ID" "$SLICE_ID" "$NUM_SLICES"; do
+  [[ $number =~ ^[0-9]+$ ]] || fail_setup "metadata gave a non-numeric worker/slice id: '$number'"
+done
+# JAX's coordinator is worker 0 on port 8476; across slices that is slice 0's worker 0, which
+# MEGASCALE_COORDINATOR_ADDRESS names (the first endpoint of this slice would differ per slice).
+IFS=: read -r _ _ FIRST_IP _ <<<"${ENDPOINT_LIST[0]:-}" || true
+COORDINATOR_HOST=${FIRST_IP:-127.0.0.1}
+if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
+  COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
+fi
+log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
 
 # SIGINT is ignored in background jobs of a script; give the job the default back when env can.
 ENV_RESET=()
@@ -327,13 +430,14 @@ if env --default-signal=INT true 2>/dev/null; then ENV_RESET=(--default-signal=I
 JOB_ENVIRONMENT=(
   "HOME=$JOB_HOME" "USER=$JOB_USER" "LOGNAME=$JOB_USER" "PATH=$JOB_HOME/.local/bin:$PATH"
   "TPUCTL_RUN_NAME=$RUN_NAME" "TPUCTL_CHECKPOINT_DIR=$CHECKPOINT_DIR"
-  "TPUCTL_DONE_MARKER=$DONE_MARKER" "TPUCTL_BOOT=$BOOT"
+  "TPUCTL_DONE_MARKER=$DONE_MARKER" "TPUCTL_BOOT=$BOOT" "TPUCTL_AUTOCHECKPOINT=$AUTOCHECKPOINT"
   "TPUCTL_WORKER_ID=$WORKER_ID" "TPUCTL_SLICE_ID=$SLICE_ID" "TPUCTL_NUM_SLICES=$NUM_SLICES"
   "TPUCTL_WORKERS_PER_SLICE=$WORKERS_PER_SLICE"
   "TPUCTL_PROCESS_ID=$((WORKER_ID + SLICE_ID * WORKERS_PER_SLICE))"
   "TPUCTL_NUM_PROCESSES=$((WORKERS_PER_SLICE * NUM_SLICES))"
   "TPUCTL_COORDINATOR_ADDRESS=$COORDINATOR_HOST:8476"
 )
+if [[ -n $TARGET_STEP ]]; then JOB_ENVIRONMENT+=("TPUCTL_TARGET_STEP=$TARGET_STEP"); fi
 if ((MULTISLICE)); then
   JOB_ENVIRONMENT+=(
     "MEGASCALE_COORDINATOR_ADDRESS=$MEGASCALE_COORDINATOR_ADDRESS"
@@ -421,6 +525,15 @@ supervise() {
   }
   trap 'forward TERM' TERM
   trap 'forward INT' INT
+  # setsid makes the trainer lead its own process group in the child, a moment after the fork:
+  # wait for that (2 s at most), so the pid in the status file names a group one can signal.
+  local tries stat pgrp=""
+  for ((tries = 0; tries < 200; tries++)); do
+    { stat=$(<"/proc/$TRAINER_PID/stat"); } 2>/dev/null || break
+    read -r _ _ pgrp _ <<<"${stat##*) }"
+    [[ $pgrp == "$TRAINER_PID" ]] && break
+    sleep 0.01
+  done
   STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   STATUS_STATE=running
   write_status
@@ -446,7 +559,22 @@ supervise() {
   kill "$heartbeat_pid" 2>/dev/null
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
-  if [[ -e $DONE_MARKER ]]; then STATUS_STATE=done; else STATUS_STATE=exited; fi
+  # With target_step, the checkpoints say whether the job has finished: record it for good.
+  if [[ -n $TARGET_STEP ]] && ! done_marker_exists; then
+    local latest
+    latest=$(latest_committed_step)
+    if [[ -n $latest ]] && ((latest >= TARGET_STEP)); then
+      if write_done_marker "committed step $latest >= target_step $TARGET_STEP (exit $rc," \
+        "boot $BOOT, slice $SLICE_ID worker $WORKER_ID)"; then
+        log "committed step $latest reached target_step $TARGET_STEP: wrote $DONE_MARKER"
+      else
+        log "warning: cannot write the done marker $DONE_MARKER"
+      fi
+    else
+      log "latest committed step ${latest:-none} is below target_step $TARGET_STEP"
+    fi
+  fi
+  if done_marker_exists; then STATUS_STATE=done; else STATUS_STATE=exited; fi
   write_status
   log "trainer exited with $rc; state $STATUS_STATE"
 }

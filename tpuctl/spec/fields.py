@@ -253,8 +253,8 @@ JOB_FIELDS = (
     Field(
         "code",
         "str",
-        "Code to ship: a local directory (relative to the spec file) or gs://…/code.tar.gz "
-        "(.tar.gz or .tgz).",
+        "Code to ship into the workdir: a local directory (its contents) or file (relative "
+        "to the spec file), or gs://…/code.tar.gz (.tar.gz or .tgz).",
         example="./src",
     ),
     Field(
@@ -279,6 +279,15 @@ JOB_FIELDS = (
         "The training command, run on every worker as `user` in `workdir`.",
         required=True,
         example="python3 train.py --steps 10000",
+    ),
+    Field(
+        "target_step",
+        "int",
+        "The job is done once a committed checkpoint at this step or later exists: when the "
+        "command exits, the startup script looks at the checkpoints and writes the done "
+        "marker, so no later boot relaunches it. Needs checkpoint.dir.",
+        minimum=1,
+        example=10000,
     ),
     Field(
         "parallelism",

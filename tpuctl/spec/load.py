@@ -154,7 +154,8 @@ def load_spec_text(
 
 
 def resolve_code_path(spec: Spec) -> Path | None:
-    """The local directory `job.code` names, resolved against the spec file's directory."""
+    """The local directory or file `job.code` names, resolved against the spec file's
+    directory (None for gs:// code or none)."""
     if spec.job is None or spec.job.code is None or "://" in spec.job.code:
         return None
     return _resolve_local(spec.job.code, spec.source)
@@ -531,11 +532,18 @@ class _Builder:
             if key in deadlines and deadlines[key] <= timedelta(0):
                 raise self.error("a deadline must be longer than zero", f"deadlines.{key}")
         recovery = values.section("recovery")
+        checkpoint = self.checkpoint(values.section("checkpoint"))
+        if job is not None and job.target_step is not None and not checkpoint.dir:
+            raise self.error(
+                "target_step needs a checkpoint directory to find the committed steps in",
+                "job.target_step",
+                "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
+            )
         return Spec(
             name=name,
             tpu=tpu,
             capacity=self.capacity(values.section("capacity")),
-            checkpoint=self.checkpoint(values.section("checkpoint")),
+            checkpoint=checkpoint,
             job=job,
             deadlines=DeadlinesSpec(queue=deadlines["queue"], provision=deadlines["provision"]),
             recovery=RecoverySpec(
@@ -665,6 +673,7 @@ class _Builder:
             setup=job["setup"],
             env=job["env"],
             parallelism=parallelism,
+            target_step=job["target_step"],
         )
 
     def code(self, code: str) -> None:
@@ -673,7 +682,7 @@ class _Builder:
                 raise self.error(
                     f"unsupported code location {code!r}",
                     "job.code",
-                    "give a local directory or gs://bucket/path/code.tar.gz",
+                    "give a local directory or file, or gs://bucket/path/code.tar.gz",
                 )
             if not code.endswith(_CODE_ARCHIVE_SUFFIXES):
                 raise self.error(
@@ -683,9 +692,13 @@ class _Builder:
                 )
             return
         local = _resolve_local(code, self.checker.document.source)
-        if not local.is_dir():
-            state = "is not a directory" if local.exists() else "does not exist"
-            self.warn(f"local code directory {code} {state} (looked at {local})", "job.code")
+        if not local.exists():
+            self.warn(f"local code {code} does not exist (looked at {local})", "job.code")
+        elif not (local.is_dir() or local.is_file()):
+            self.warn(
+                f"local code {code} is neither a directory nor a file (looked at {local})",
+                "job.code",
+            )
 
     def parallelism(
         self, parallelism: _Values, accelerator: Accelerator, slices: int

@@ -72,10 +72,12 @@ class JobSpec:
     run_name: str = ""  # defaults to the spec name at load time
     user: str = "tpuctl"
     workdir: str = "~/job"
-    code: str | None = None  # local directory or gs://…/code.tar.gz
+    code: str | None = None  # local directory or file, or gs://…/code.tar.gz
     setup: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     parallelism: ParallelismSpec | None = None
+    # Done once a committed checkpoint at this step or later exists (needs checkpoint.dir).
+    target_step: int | None = None
 
 
 @dataclass(frozen=True)

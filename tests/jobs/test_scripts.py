@@ -1,0 +1,168 @@
+"""The worker-side scripts of tpuctl.fanout.jobs, run locally: syntax under sh and bash, paths,
+packing, status parsing and stopping a real process group."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tpuctl.errors import UsageError
+from tpuctl.fanout import jobs
+from tpuctl.fanout.results import Tail, WorkerResult
+from tpuctl.fanout.targets import WorkerTarget
+from tpuctl.spec.model import JobSpec, Spec, TpuSpec
+
+SHELLS = [shell for shell in ("sh", "dash", "bash") if shutil.which(shell)]
+
+
+def _spec(**job: object) -> Spec:
+    return Spec(
+        name="demo",
+        tpu=TpuSpec(accelerator="v4-8", runtime="tpu-ubuntu2204-base"),
+        job=JobSpec(command="true", run_name="demo", **job),  # type: ignore[arg-type]
+    )
+
+
+def _scripts() -> dict[str, str]:
+    spec = _spec(user="trainer", workdir="~/my job/it's")
+    return {
+        "deliver-code": jobs.deliver_script(spec, "0" * 64),
+        "deliver-no-code": jobs.deliver_script(spec, None),
+        "probe": jobs.probe_script("demo"),
+        "stop": jobs.stop_script("demo", 2.5),
+        "restart": jobs.restart_script("demo", 2.5),
+    }
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("name", sorted(_scripts()))
+def test_scripts_parse_in_posix_sh_and_bash(shell: str, name: str) -> None:
+    result = subprocess.run(
+        [shell, "-n"], input=_scripts()[name], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_workdir_resolves_like_the_startup_script() -> None:
+    assert jobs.workdir_word("~") == '"$h"'
+    assert jobs.workdir_word("~/job") == '"$h"/job'
+    assert jobs.workdir_word("job dir") == "\"$h\"/'job dir'"
+    assert jobs.workdir_word("/srv/job") == '"${TPUCTL_VM_ROOT:-}"/srv/job'
+    with pytest.raises(UsageError):
+        jobs.workdir_word("~other/job")
+    with pytest.raises(UsageError):
+        jobs.probe_script("../escape")
+
+
+def test_pack_code_a_file_or_a_directory(tmp_path: Path) -> None:
+    trainer = tmp_path / "train.py"
+    trainer.write_text("print('x')\n")
+    trainer.chmod(0o755)
+    with tarfile.open(fileobj=io.BytesIO(jobs.pack_code(trainer))) as archive:
+        [member] = archive.getmembers()
+    assert member.name == "train.py" and member.mode & 0o111
+    assert jobs.pack_code(trainer) == jobs.pack_code(trainer)  # byte for byte, every time
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    with tarfile.open(fileobj=io.BytesIO(jobs.pack_code(tmp_path))) as archive:
+        names = archive.getnames()
+    assert {"train.py", "pkg", "pkg/mod.py"} <= set(names)
+    with pytest.raises(UsageError):
+        jobs.pack_code(tmp_path / "missing.py")
+
+
+@pytest.fixture
+def vm_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "vm"
+    (root / "var/lib/tpuctl/demo").mkdir(parents=True)
+    monkeypatch.setenv("TPUCTL_VM_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def trainer() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _write_status(root: Path, **values: object) -> None:
+    text = "".join(f"{key}={value}\n" for key, value in values.items())
+    (root / "var/lib/tpuctl/demo/status").write_text(text)
+
+
+def _probe(root: Path) -> jobs.WorkerJobStatus:
+    output = subprocess.run(
+        ["sh", "-c", jobs.probe_script("demo")], capture_output=True, check=True
+    ).stdout
+    worker = WorkerResult(WorkerTarget(1, "node-1", 2, "127.0.0.1"), "ok", exit_code=0)
+    worker.stdout = Tail(keep_all=True)
+    worker.stdout.add(output)
+    return jobs.parse_probe(worker)
+
+
+def test_probe_reads_the_status_file(vm_root: Path, trainer: list[subprocess.Popen[bytes]]) -> None:
+    assert _probe(vm_root).state == "none"
+    process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    trainer.append(process)
+    _write_status(
+        vm_root, state="running", boot=3, pid=process.pid, started="2026-01-01T00:00:00Z",
+        exit_code="", heartbeat=int(time.time()) - 5, reason="odd = value",
+    )  # fmt: skip
+    status = _probe(vm_root)
+    assert (status.slice, status.node, status.worker) == (1, "node-1", 2)
+    assert (status.state, status.boot, status.pid) == ("running", 3, process.pid)
+    assert status.trainer_alive and status.exit_code is None and status.reason == "odd = value"
+    assert status.heartbeat_age_s is not None and 4 <= status.heartbeat_age_s <= 60
+    # A pid that is alive but not a process-group leader is not our trainer (a reused pid).
+    _write_status(vm_root, state="running", boot=3, pid=os.getpid())
+    assert not _probe(vm_root).trainer_alive
+
+
+def _stop(grace: float) -> str:
+    return subprocess.run(
+        ["sh", "-c", jobs.stop_script("demo", grace)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_stop_terms_the_group_then_kills_it(
+    vm_root: Path, trainer: list[subprocess.Popen[bytes]]
+) -> None:
+    # Reaped as soon as it exits, as the supervisor reaps the trainer (a zombie keeps its group).
+    polite = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    trainer.append(polite)
+    reaper = threading.Thread(target=polite.wait, daemon=True)
+    reaper.start()
+    _write_status(vm_root, state="running", pid=polite.pid)
+    assert _stop(5) == f"state=stopped pid={polite.pid} signal=TERM"
+    reaper.join(5)
+    assert polite.returncode == -signal.SIGTERM
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+         "time.sleep(30)"],
+        start_new_session=True, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    trainer.append(stubborn)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    reaper = threading.Thread(target=stubborn.wait, daemon=True)
+    reaper.start()
+    _write_status(vm_root, state="running", pid=stubborn.pid)
+    assert _stop(0.3) == f"state=stopped pid={stubborn.pid} signal=KILL"
+    reaper.join(5)
+    assert stubborn.returncode == -signal.SIGKILL
+    assert _stop(0.3) == f"state=not-running pid={stubborn.pid}"
