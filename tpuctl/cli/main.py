@@ -96,6 +96,21 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "checkpoints",
         "Orbax checkpoints in a directory or a spec's checkpoint dir: latest step, unfinished.",
     ),
+    "up": (
+        "tpuctl.cli.job_commands",
+        "up",
+        "Run a spec's job to completion: create, start, watch, recover from preemptions.",
+    ),
+    "drill": (
+        "tpuctl.cli.job_commands",
+        "drill",
+        "Rehearse maintenance, preemption or a slice failure and check the job resumed.",
+    ),
+    "report": (
+        "tpuctl.cli.job_commands",
+        "report",
+        "A job's timeline, disruptions and infrastructure goodput, from its Journal.",
+    ),
 }
 
 

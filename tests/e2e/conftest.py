@@ -1,0 +1,276 @@
+"""Fixtures for end-to-end drills: the shared emulator, a private HOME, specs for the toy
+trainer with a checkpoint dir under tmp_path (emulated workers share the host's disk, so an
+absolute path is shared storage), `tpuctl up` as a real process, tpuctl in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tpuctl.cli.main import _wants_json, run
+
+REPO = Path(__file__).resolve().parents[2]
+TOY_TRAIN = REPO / "scripts" / "toy_train.py"
+ZONE = "us-central2-b"
+USER = "tester"
+# Environment that would change what tpuctl or the trainer does; tests set only their own.
+AMBIENT = (
+    "TPUCTL_FORMAT",
+    "TPUCTL_PROJECT",
+    "TPUCTL_ZONE",
+    "CLOUDSDK_CORE_PROJECT",
+    "CLOUDSDK_COMPUTE_ZONE",
+    "TPU_EMULATOR_HOST",
+    "TPUCTL_SSH_PORT",
+    "TPUCTL_API_RETRY_SECONDS",
+    "TPUCTL_CHECKPOINT_DIR",
+    "TPUCTL_DONE_MARKER",
+    "GCE_METADATA_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "NO_COLOR",
+)
+# `tpuctl up` flags that make the babysitter react within a second on the sped-up emulator.
+FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--failure-confirm", "1")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@dataclass
+class Job:
+    """One spec for the toy trainer and everything a test needs to look at its run."""
+
+    name: str
+    spec: Path
+    checkpoint_dir: Path
+    steps: int
+    trainer_args: list[str]
+    env: dict[str, str]
+    state_dir: Path
+    slices: int
+    up_process: subprocess.Popen[str] | None = None
+    up_log: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -------------------------------------------------------------- tpuctl
+
+    def cli(self, *args: str) -> Outcome:
+        """tpuctl in-process through main.run's error boundary."""
+        return self.cli_env(self.env, *args)
+
+    def cli_env(self, env: Mapping[str, str], *args: str) -> Outcome:
+        argv = list(args)
+        runner = CliRunner()
+        with runner.isolation(env=dict(env)) as streams:
+            try:
+                code = run(argv, as_json=_wants_json(argv), debug=False)
+            except SystemExit as done:
+                code = int(done.code or 0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return Outcome(code, streams[0].getvalue().decode(), streams[1].getvalue().decode())
+
+    def child_env(self) -> dict[str, str]:
+        environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+        environ["PYTHONPATH"] = str(REPO)
+        environ.update(self.env)
+        return environ
+
+    def start_up(self, *extra: str) -> subprocess.Popen[str]:
+        """`tpuctl up SPEC` as a real process (stdout and stderr to one log file)."""
+        self.up_log = self.spec.with_suffix(".up.log")
+        sink = self.up_log.open("w")
+        self.up_process = subprocess.Popen(
+            [sys.executable, "-m", "tpuctl", "up", str(self.spec), *FAST_UP, *extra],
+            env=self.child_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        sink.close()
+        wait_for(self.qr_exists, timeout=30, what=f"tpuctl up to create {self.name}")
+        return self.up_process
+
+    def wait_running(self, timeout: float = 60.0) -> None:
+        """Until `tpuctl up` has seen the job running (so it knows the boot to compare with)."""
+        assert self.up_log is not None
+        log = self.up_log
+        wait_for(lambda: "the job is running" in log.read_text(), timeout, "the job to run")
+
+    def wait_up(self, timeout: float = 120.0) -> tuple[int, str]:
+        assert self.up_process is not None and self.up_log is not None
+        try:
+            code = self.up_process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.up_process.kill()
+            self.up_process.wait()
+            raise AssertionError(f"tpuctl up still running:\n{self.up_log.read_text()}") from None
+        return code, self.up_log.read_text()
+
+    # -------------------------------------------------------------- what the run left
+
+    def complete_steps(self) -> list[int]:
+        if not self.checkpoint_dir.is_dir():
+            return []
+        return sorted(
+            int(p.name)
+            for p in self.checkpoint_dir.iterdir()
+            if p.name.isdigit() and (p / "commit_success.txt").is_file()
+        )
+
+    def journal(self) -> list[Any]:
+        from tpuctl.resume.journal import Journal
+        from tpuctl.spec.load import load_spec
+
+        return list(Journal(load_spec(str(self.spec)).spec).entries())
+
+    def journal_kinds(self) -> list[str]:
+        return [entry.kind for entry in self.journal()]
+
+    def node_ids(self) -> list[str]:
+        if self.slices == 1:
+            return [self.name]
+        return [f"{self.name}-{index}" for index in range(self.slices)]
+
+    def vm_root(self, slice_index: int, worker: int) -> Path:
+        return self.state_dir / "vms" / self.node_ids()[slice_index] / str(worker)
+
+    def log(self, slice_index: int, worker: int, boot: int | None = None) -> str:
+        name = "current.log" if boot is None else f"boot-{boot}.log"
+        path = self.vm_root(slice_index, worker) / "var/log/tpuctl" / self.name / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def qr_exists(self) -> bool:
+        from tpuctl.cloud.client import connect
+        from tpuctl.cloud.resolve import Location
+
+        api = connect(Location(self.env["TPUCTL_PROJECT"], ZONE), environ=self.env)
+        return api.find_queued_resource(self.name) is not None
+
+    def uninterrupted_final(self, tmp_path: Path) -> bytes:
+        """final.json of the same trainer run start to end on this machine, never disturbed."""
+        directory = tmp_path / f"reference-{self.name}"
+        environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+        environ.update({"TPUCTL_WORKER_ID": "0"})
+        subprocess.run(
+            [sys.executable, str(TOY_TRAIN), *self.trainer_args, "--step-seconds", "0",
+             "--checkpoint-dir", str(directory)],
+            env=environ, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        return (directory / "final.json").read_bytes()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "it") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@pytest.fixture
+def make_job(
+    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Job]]:
+    """make_job(steps=…, autocheckpoint=…, …) → a Job with its spec written under tmp_path."""
+    for name in AMBIENT:
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USER", USER)
+    project = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = {
+        **emulator.environment(),
+        "TPUCTL_PROJECT": project,
+        "TPUCTL_ZONE": ZONE,
+        "TPUCTL_API_RETRY_SECONDS": "20",
+        "HOME": str(home),
+        "USER": USER,
+    }
+    made: list[Job] = []
+
+    def make(
+        *,
+        steps: int = 120,
+        step_seconds: float = 0.05,
+        checkpoint_every: int = 10,
+        autocheckpoint: bool = True,
+        slices: int = 2,
+        accelerator: str = "v4-16",
+        extra_args: str = "",
+        max_preemptions: int = 3,
+        max_failures: int = 0,
+    ) -> Job:
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        checkpoint_dir = tmp_path / f"ckpt-{name}"
+        trainer = [
+            "--steps", str(steps), "--checkpoint-every", str(checkpoint_every), "--seed", "7",
+        ]  # fmt: skip
+        trainer += extra_args.split()
+        command = " ".join(
+            ["python3", "toy_train.py", *trainer, "--step-seconds", str(step_seconds)]
+        )
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(
+            f"""apiVersion: tpuctl/v1
+name: {name}
+tpu:
+  accelerator: {accelerator}
+  runtime: tpu-ubuntu2204-base
+  slices: {slices}
+capacity:
+  tier: spot
+checkpoint:
+  dir: {checkpoint_dir}
+  autocheckpoint: {str(autocheckpoint).lower()}
+job:
+  framework: orbax
+  code: {TOY_TRAIN}
+  command: {command}
+recovery:
+  max_preemptions: {max_preemptions}
+  max_failures: {max_failures}
+""",
+            encoding="utf-8",
+        )
+        job = Job(
+            name=name,
+            spec=spec,
+            checkpoint_dir=checkpoint_dir,
+            steps=steps,
+            trainer_args=trainer,
+            env=env,
+            state_dir=Path(emulator.state_dir),
+            slices=slices,
+        )
+        made.append(job)
+        return job
+
+    yield make
+    for job in made:
+        if job.up_process is not None and job.up_process.poll() is None:
+            job.up_process.kill()
+            job.up_process.wait()
+        if job.qr_exists():
+            job.cli("delete", job.name, "--force", "--yes", "--async", "--ignore-missing")

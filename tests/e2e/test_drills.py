@@ -1,0 +1,116 @@
+"""End to end: `tpuctl drill` against a job that `tpuctl up` babysits, in the emulator.
+
+Each test starts `tpuctl up` (a real process), lets the toy trainer run, disrupts it with
+`tpuctl drill`, and checks the numbers the drill reports against the checkpoints and logs the
+run left on the (emulated) workers' disks. `up` must also treat the event as no failure of the
+job: its failure budget is 0, so a wrong call would end it with exit 3.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+import pytest
+
+from tests.e2e.conftest import Job
+
+pytestmark = [pytest.mark.slow, pytest.mark.emulator]
+
+
+def _drill(job: Job, *args: str) -> dict[str, object]:
+    outcome = job.cli("drill", str(job.spec), "--format", "json", "--timeout", "90", *args)
+    assert outcome.exit_code == 0, outcome.stdout + outcome.stderr
+    report: dict[str, object] = outcome.json()
+    return report
+
+
+def _finish(job: Job) -> str:
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "not a failure" in log or "resumed from step" in log, log
+    assert not job.qr_exists()
+    return log
+
+
+def test_maintenance_with_autocheckpoint_loses_nothing(make_job: Callable[..., Job]) -> None:
+    job = make_job(steps=200, slices=1, accelerator="v4-8", autocheckpoint=True)
+    job.start_up()
+    job.wait_running()
+    report = _drill(job, "--kind", "maintenance")
+    event = report["step_at_event"]
+    assert isinstance(event, int) and event > 0
+    # The SIGTERM made the trainer save at the step it had reached, and it resumed there.
+    assert report["checkpoint_at_event"] is True
+    assert report["autocheckpoint_logged"] == event
+    assert report["resumed_from"] == event
+    assert report["recomputed_steps"] == 0
+    assert report["allowed_steps"] == 0
+    boots_before = report["boots_before"]
+    boots_after = report["boots_after"]
+    assert isinstance(boots_before, dict) and isinstance(boots_after, dict)
+    assert all(boots_after[label] == boots_before[label] + 1 for label in boots_before)
+    # The new boot's log starts where the old one stopped (read before up deletes the disks).
+    assert f"resumed from step {event}" in job.log(0, 0, boot=2)
+    assert f"autocheckpoint at step {event}" in job.log(0, 0, boot=1)
+    log = _finish(job)
+    assert "relaunched itself after a reboot" in log
+    kinds = job.journal_kinds()
+    assert {"drill.triggered", "drill.recovered", "drill.result", "job.relaunched"} <= set(kinds)
+    assert "job.failed" not in kinds
+
+
+def test_maintenance_without_autocheckpoint_recomputes_since_last_checkpoint(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(
+        steps=200, slices=1, accelerator="v4-8", autocheckpoint=False, checkpoint_every=25
+    )
+    job.start_up()
+    job.wait_running()
+    report = _drill(job, "--kind", "maintenance")
+    event = report["step_at_event"]
+    last = report["last_checkpoint_before_event"]
+    assert isinstance(event, int) and isinstance(last, int)
+    # Killed at once: no save at the event; it resumed from the last periodic checkpoint and
+    # recomputes exactly the steps since then, nothing more.
+    assert last % 25 == 0 and 0 <= event - last < 25
+    assert report["autocheckpoint_logged"] is None
+    assert report["resumed_from"] == last
+    assert report["recomputed_steps"] == event - last == report["allowed_steps"]
+    assert f"resumed from step {last}" in job.log(0, 0, boot=2)
+    _finish(job)
+
+
+def test_slice_failure_restarts_and_resumes_every_slice_together(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(steps=200, slices=2, autocheckpoint=True, checkpoint_every=10)
+    job.start_up()
+    job.wait_running()
+    report = _drill(job, "--kind", "slice-failure", "--slice", "1", "--external-recovery")
+    resumed = report["resumed_from"]
+    assert isinstance(resumed, int)
+    assert report["recomputed_steps"] is not None
+    assert report["recomputed_steps"] <= report["allowed_steps"]  # type: ignore[operator]
+    # Every worker of both slices runs a new process that resumed from a checkpoint: the
+    # restarted slice at once, the replaced one (fresh disk, code delivered again by tpuctl up)
+    # a moment later. The toy trainer's processes do not wait for each other the way JAX's
+    # distributed runtime does, so the late slice may pick up a newer checkpoint than worker 0.
+    event = report["step_at_event"]
+    assert isinstance(event, int)
+    for slice_index in range(2):
+        for worker in range(2):
+            text = job.log(slice_index, worker)
+            found = re.findall(r"resumed from step (\d+)", text)
+            assert found and int(found[0]) >= resumed, (slice_index, worker, text[-500:])
+            assert "starting fresh" not in text
+    boots_before, boots_after = report["boots_before"], report["boots_after"]
+    assert isinstance(boots_before, dict) and isinstance(boots_after, dict)
+    assert boots_after["0/0"] == boots_before["0/0"] + 1  # restarted, disk kept
+    assert boots_after["1/0"] == 1  # replaced: a new disk boots for the first time
+    log = _finish(job)
+    assert "wait for the code" in log
+    final = json.loads((job.checkpoint_dir / "final.json").read_text())
+    assert final["step"] == job.steps and final["history"] == [[1, job.steps]]

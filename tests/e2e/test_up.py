@@ -1,0 +1,170 @@
+"""End to end: `tpuctl up` babysits the toy trainer in the emulator through a spot preemption,
+a reset, and a crash loop; `tpuctl report` shows what happened."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Job, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.emulator]
+
+
+def test_preemption_is_recovered_and_the_result_is_the_uninterrupted_one(
+    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
+) -> None:
+    job = make_job(steps=240, checkpoint_every=10, max_preemptions=2)
+    job.start_up()
+    wait_for(lambda: any(step >= 30 for step in job.complete_steps()), what="steps 30+")
+    emulator.admin.preempt(f"projects/{job.env['TPUCTL_PROJECT']}/locations/"
+                           f"us-central2-b/queuedResources/{job.name}")  # fmt: skip
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "SUSPENDED" in log and "created" in log and "again" in log
+    # Same run name → same checkpoint dir: it resumed, and the result is byte for byte the one
+    # of a run that was never interrupted; every step was applied exactly once.
+    final = (job.checkpoint_dir / "final.json").read_bytes()
+    assert final == job.uninterrupted_final(tmp_path)
+    assert json.loads(final)["history"] == [[1, job.steps]]
+    assert not job.qr_exists()
+    kinds = job.journal_kinds()
+    for kind in ("up.start", "preemption.detected", "qr.deleted", "qr.recreated",
+                 "job.started", "job.running", "job.done", "up.exit"):  # fmt: skip
+        assert kind in kinds, (kind, kinds)
+    assert kinds.count("qr.recreated") == 1
+    resumed = [e.fields.get("resumed_from") for e in job.journal() if e.kind == "job.running"]
+    assert resumed[-1] is not None and resumed[-1] >= 30
+
+    # The report sees the disruption and the time it cost.
+    outcome = job.cli("report", str(job.spec), "--format", "json")
+    assert outcome.exit_code == 0, outcome.stderr
+    report = outcome.json()
+    assert report["status"] == "done"
+    assert [d["kind"] for d in report["disruptions"]] == ["preemption"]
+    disruption = report["disruptions"][0]
+    assert disruption["recovery_seconds"] > 0
+    assert set(report["badput"]) == {
+        "queueing", "provisioning", "disruption_recovery", "wasted_progress",
+    }  # fmt: skip
+    assert report["badput"]["disruption_recovery"] == pytest.approx(
+        disruption["recovery_seconds"], abs=0.01
+    )
+    assert 0 < report["goodput"] < 1
+    parts = report["productive_seconds"] + sum(report["badput"].values())
+    assert parts == pytest.approx(report["total_seconds"], abs=0.05)
+    table = job.cli("report", str(job.spec))
+    assert "preemption" in table.stdout and "goodput" in table.stdout
+
+
+def test_reset_resumes_and_a_finished_job_is_not_relaunched(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(steps=160, slices=1, accelerator="v4-8", checkpoint_every=10)
+    job.start_up("--keep")
+    wait_for(lambda: any(step >= 20 for step in job.complete_steps()), what="steps 20+")
+    reset = job.cli("reset", job.name)
+    assert reset.exit_code == 0, reset.stderr
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "not a failure" in log
+    assert "resumed from step" in job.log(0, 0, boot=2)
+    assert job.qr_exists()  # --keep
+    final = job.checkpoint_dir / "final.json"
+    before = final.stat().st_mtime_ns
+
+    # A reboot of the finished job: the startup script sees the done marker, starts nothing.
+    again = job.cli("reset", job.name)
+    assert again.exit_code == 0, again.stderr
+    wait_for(lambda: "not relaunching" in job.log(0, 0, boot=3), what="boot 3 to see DONE")
+    boot3 = job.log(0, 0, boot=3)
+    assert "resumed from step" not in boot3 and "trainer started" not in boot3
+    assert final.stat().st_mtime_ns == before
+    # And `tpuctl up` on a finished job only cleans up.
+    outcome = job.cli("up", str(job.spec), "--poll", "0.5")
+    assert outcome.exit_code == 0, outcome.stderr
+    assert "done marker exists already" in outcome.stderr
+    assert not job.qr_exists()
+
+
+def test_crash_loop_stops_with_exit_3(make_job: Callable[..., Job]) -> None:
+    job = make_job(
+        steps=100, slices=1, accelerator="v4-8", extra_args="--fail-at-step 3", max_failures=5
+    )
+    job.start_up()
+    code, log = job.wait_up()
+    assert code == 3, log
+    assert "crash loop" in log
+    kinds = job.journal_kinds()
+    # Two restarts that brought no new checkpoint, then it gave up (well before the budget of 5).
+    assert kinds.count("job.restarted") == 2
+    assert kinds.count("job.failed") == 3
+    assert "crashloop" in kinds
+    exits = [e.fields for e in job.journal() if e.kind == "up.exit"]
+    assert exits[-1]["exit_code"] == 3
+
+
+def test_failure_budget_exhausted_exits_3(make_job: Callable[..., Job]) -> None:
+    job = make_job(steps=100, slices=1, accelerator="v4-8", extra_args="--fail-at-step 3")
+    job.start_up()  # recovery.max_failures: 0
+    code, log = job.wait_up()
+    assert code == 3, log
+    assert "max_failures is 0" in log
+    assert "job.restarted" not in job.journal_kinds()
+
+
+def test_ctrl_c_leaves_the_job_and_up_again_picks_it_up_without_a_restart(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(steps=200, slices=1, accelerator="v4-8", checkpoint_every=10)
+    process = job.start_up()
+    job.wait_running()
+    process.send_signal(signal.SIGINT)
+    code, log = job.wait_up(timeout=30)
+    assert code == 130, log
+    assert "resume with: tpuctl up" in log and "tpuctl delete" in log
+    assert job.qr_exists()
+    assert job.journal()[-1].fields["exit_code"] == 130
+
+    job.start_up()
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "already running" in log and "without a restart" in log
+    assert "job delivered" not in log
+    assert not job.qr_exists()
+    # One trainer process ran the whole job: one boot, started fresh once, never resumed.
+    kinds = job.journal_kinds()
+    assert kinds.count("up.start") == 2 and kinds.count("job.started") == 1
+
+
+def test_a_preempt_drill_is_refused_against_the_real_api(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(steps=10, slices=1, accelerator="v4-8")
+    env = {**job.env, "TPU_EMULATOR_HOST": ""}
+    outcome = job.cli_env(env, "drill", str(job.spec), "--kind", "preempt")
+    assert outcome.exit_code == 2, outcome.stderr
+    assert "cannot be triggered against the real Cloud TPU API" in outcome.stderr
+
+
+def test_a_queueing_deadline_exits_4_and_cancels_the_request(
+    make_job: Callable[..., Job], emulator: Any
+) -> None:
+    job = make_job(steps=10, slices=1, accelerator="v4-8")
+    admin = emulator.admin
+    before = admin.capacity()["v4"]["total"]
+    admin.capacity({"v4": 0})  # nothing fits: the request waits for resources
+    try:
+        outcome = job.cli("up", str(job.spec), "--queue-timeout", "1")
+    finally:
+        admin.capacity({"v4": before})
+    assert outcome.exit_code == 4, outcome.stderr
+    assert "queueing deadline" in outcome.stderr
+    assert not job.qr_exists()  # given up on, so it can never boot orphan workers later
+    exits = [e.fields for e in job.journal() if e.kind == "up.exit"]
+    assert exits[-1]["exit_code"] == 4
