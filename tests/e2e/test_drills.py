@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from collections.abc import Callable
 
 import pytest
@@ -114,3 +115,44 @@ def test_slice_failure_restarts_and_resumes_every_slice_together(
     assert "wait for the code" in log
     final = json.loads((job.checkpoint_dir / "final.json").read_text())
     assert final["step"] == job.steps and final["history"] == [[1, job.steps]]
+
+
+def _check_preemption(report: dict[str, object]) -> int:
+    """A preemption gives no grace: the job resumes from the last checkpoint before it and
+    recomputes only the steps since then."""
+    event, last = report["step_at_event"], report["last_checkpoint_before_event"]
+    assert isinstance(event, int) and isinstance(last, int)
+    assert report["resumed_from"] == last
+    assert report["recomputed_steps"] == event - last == report["allowed_steps"]
+    assert report["ok"] is True
+    return last
+
+
+def test_preempt_drill_while_up_recovers(make_job: Callable[..., Job]) -> None:
+    # The recreated QR has new VMs with new host keys: the drill must look its observer up
+    # again, or every log read fails verification and it never sees the job come back.
+    job = make_job(steps=200, slices=2, autocheckpoint=True, checkpoint_every=10)
+    job.start_up()
+    job.wait_running()
+    last = _check_preemption(_drill(job, "--kind", "preempt", "--external-recovery"))
+    log = _finish(job)
+    assert f"resumed from step {last}" in log
+    assert job.journal_kinds().count("qr.recreated") == 1
+
+
+def test_preempt_drill_recovers_by_itself(make_job: Callable[..., Job]) -> None:
+    job = make_job(steps=200, slices=1, accelerator="v4-8", checkpoint_every=10)
+    up = job.start_up()
+    job.wait_running()
+    up.send_signal(signal.SIGINT)  # stop babysitting: the QR and the job are left running
+    code, _ = job.wait_up(timeout=60)
+    assert code == 130
+    _check_preemption(_drill(job, "--kind", "preempt"))
+    assert "qr.recreated" in job.journal_kinds()
+    job.start_up()  # picks the running job up and sees it through
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "babysitting it without a restart" in log
+    assert not job.qr_exists()
+    final = json.loads((job.checkpoint_dir / "final.json").read_text())
+    assert final["history"] == [[1, job.steps]]

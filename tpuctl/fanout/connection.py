@@ -61,7 +61,15 @@ class StartError(Exception):
 
 
 def _transport_class() -> type[paramiko.Transport]:
+    import logging
+
     import paramiko
+
+    # paramiko logs a dropped socket ("Socket exception: Connection reset by peer") and, with
+    # no handler configured, Python's last-resort handler prints it over the progress output.
+    # Each worker's failure is reported in the result instead; handlers set up on the root
+    # logger (for debugging) still receive these records.
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
     class QuietTransport(paramiko.Transport):
         _active_check_timeout = TRANSPORT_POLL_SECONDS

@@ -283,6 +283,9 @@ class Drill:
         report.boots_after = {label: boot for label, (boot, _pid) in after.items()}
         if kind != "preempt":
             old_text = self._read(observer, observer_status[0])
+        # The same worker, looked up again: after a preemption (or a replaced slice) it is a new
+        # VM with a new host key, and the old target would fail verification on every read.
+        observer = self._observer(target_slice)
         new_facts = self._wait_new_steps(observer)
         self.emit(
             "drill.recovered",
