@@ -12,10 +12,10 @@ CHECKPOINT_DIR_SPEC=/tmp/tpuctl-demo/ckpt
 CHECKPOINT_ROOT_SPEC=/tmp/tpuctl-demo/ckpt
 DONE_MARKER_SPEC=/tmp/tpuctl-demo/ckpt/tpuctl/emulator-demo/DONE
 FRAMEWORK=orbax
-JOB_COMMAND='python3 toy_train.py --steps 120'
+JOB_COMMAND='python3 toy_train.py --steps 300 --step-seconds 0.2 --checkpoint-every 25'
 MULTISLICE=1
 AUTOCHECKPOINT=1
-TARGET_STEP=120
+TARGET_STEP=300
 SETUP_COMMANDS=()
 JOB_ENV=()
 
