@@ -117,3 +117,18 @@ def test_readme_spec_reference_is_current() -> None:
     assert section == spec_reference_markdown(), (
         "README.md's spec reference is stale; run scripts/update-readme"
     )
+
+
+def test_readme_example_specs_are_valid(tmp_path: Path) -> None:
+    """Every complete spec shown in the README loads without an error."""
+    from tpuctl.spec.load import load_spec_text
+
+    text = README.read_text(encoding="utf-8")
+    blocks = [
+        block.split("```", 1)[0]
+        for block in text.split("```yaml\n")[1:]
+        if block.startswith("apiVersion: tpuctl/v1")
+    ]
+    assert blocks, "the README shows no complete spec"
+    for block in blocks:
+        load_spec_text(block, source="README.md")
