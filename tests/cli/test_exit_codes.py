@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.interrupts import python_with_default_sigint
 from tpuctl import __version__
 
 Spawn = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -158,7 +159,7 @@ def test_sigint_exits_130(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
     environ["PYTHONPATH"] = str(repo)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tpuctl", "validate", str(fifo)],
+        python_with_default_sigint("-m", "tpuctl", "validate", str(fifo)),
         env=environ,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

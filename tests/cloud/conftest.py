@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.interrupts import python_with_default_sigint
 from tpuctl.cli.main import _wants_json, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ class Cloud:
     def spawn(self, *args: str, **popen: Any) -> subprocess.Popen[str]:
         """`python -m tpuctl ARGS` as a real process (for real signals)."""
         return subprocess.Popen(
-            [sys.executable, "-m", "tpuctl", *args],
+            python_with_default_sigint("-m", "tpuctl", *args),
             cwd=self.tmp_path,
             env=child_env(self.env),
             stdout=subprocess.PIPE,
