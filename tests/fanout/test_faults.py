@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.fanout.helpers import QR, Tpuctl, wait_for
+from tests.interrupts import python_with_default_sigint
 
 
 @contextmanager
@@ -127,14 +128,13 @@ def test_long_command_on_more_workers_than_batch_size_starts_everywhere(
     starts on the rest. Here every worker starts while the others still run; then Ctrl-C."""
     import signal
     import subprocess
-    import sys
 
     homes = [qr.home(s, w) for s in range(len(qr.node_ids)) for w in range(qr.workers_per_node)]
     for home in homes:
         (home / "long.pid").unlink(missing_ok=True)
     process = subprocess.Popen(
-        [sys.executable, "-m", "tpuctl", "ssh", qr.name, "--batch-size", batch_size, "--",
-         "echo $$ > long.pid; exec sleep 60"],
+        python_with_default_sigint("-m", "tpuctl", "ssh", qr.name, "--batch-size", batch_size,
+                                   "--", "echo $$ > long.pid; exec sleep 60"),
         env=tpuctl.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
