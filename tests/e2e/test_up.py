@@ -92,6 +92,25 @@ def test_reset_resumes_and_a_finished_job_is_not_relaunched(
     assert not job.qr_exists()
 
 
+def test_preemption_budget_exhausted_exits_7_and_deletes_the_suspended_qr(
+    make_job: Callable[..., Job], emulator: Any
+) -> None:
+    job = make_job(steps=400, slices=1, accelerator="v4-8", max_preemptions=0)
+    job.start_up()
+    job.wait_running()
+    emulator.admin.preempt(f"projects/{job.env['TPUCTL_PROJECT']}/locations/"
+                           f"us-central2-b/queuedResources/{job.name}")  # fmt: skip
+    code, log = job.wait_up()
+    assert code == 7, log
+    assert "max_preemptions" in log
+    # A SUSPENDED QR is never re-allocated and holds its name: up does not leave it behind.
+    assert not job.qr_exists()
+    kinds = job.journal_kinds()
+    assert "qr.recreated" not in kinds
+    exits = [e.fields for e in job.journal() if e.kind == "up.exit"]
+    assert exits[-1]["exit_code"] == 7
+
+
 def test_crash_loop_stops_with_exit_3(make_job: Callable[..., Job]) -> None:
     job = make_job(
         steps=100, slices=1, accelerator="v4-8", extra_args="--fail-at-step 3", max_failures=5
