@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tpuctl.cli.main import _wants_json, run
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import AMBIENT, Outcome, child_environment, invoke
 
 VALID_SPEC = """\
 apiVersion: tpuctl/v1
@@ -32,25 +27,6 @@ job:
     dcn: {data: 2}
 """
 
-# Environment that would change what tpuctl prints; cleared so tests see only what they set.
-AMBIENT_VARIABLES = (
-    "TPUCTL_FORMAT",
-    "TPUCTL_PROJECT",
-    "TPUCTL_ZONE",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "TPU_EMULATOR_HOST",
-    "NO_COLOR",
-)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
 WriteSpec = Callable[..., Path]
 InvokeCli = Callable[..., Outcome]
 SpawnCli = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -58,7 +34,7 @@ SpawnCli = Callable[..., "subprocess.CompletedProcess[str]"]
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in AMBIENT_VARIABLES:
+    for name in AMBIENT:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -78,23 +54,10 @@ def write_spec(tmp_path: Path) -> WriteSpec:
 def cli() -> InvokeCli:
     """Run tpuctl in-process through CliRunner's isolation and main.run's error boundary."""
 
-    def invoke(args: list[str], env: Mapping[str, str | None] | None = None) -> Outcome:
-        runner = CliRunner()
-        with runner.isolation(env=env) as streams:
-            code = run(list(args), as_json=_wants_json(list(args)), debug="--debug" in args)
-            sys.stdout.flush()  # the isolated streams are buffered text wrappers
-            sys.stderr.flush()
-            out, err = streams[0], streams[1]
-            return Outcome(code, out.getvalue().decode(), err.getvalue().decode())
+    def invoke_cli(args: list[str], env: Mapping[str, str | None] | None = None) -> Outcome:
+        return invoke(args, env)
 
-    return invoke
-
-
-def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k not in AMBIENT_VARIABLES}
-    environ["PYTHONPATH"] = str(REPO)  # the checkout under test, even without the editable install
-    environ.update(extra or {})
-    return environ
+    return invoke_cli
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.interrupts import python_with_default_sigint
+from tests.support import python_with_default_sigint
 from tpuctl import __version__
 
 Spawn = Callable[..., "subprocess.CompletedProcess[str]"]

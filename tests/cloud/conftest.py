@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -13,24 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from tests.interrupts import python_with_default_sigint
-from tpuctl.cli.main import _wants_json, run
-
-REPO = Path(__file__).resolve().parents[2]
-ZONE = "us-central2-b"
-# Environment that would change what tpuctl does; cleared so tests see only what they set.
-AMBIENT = (
-    "TPUCTL_FORMAT",
-    "TPUCTL_PROJECT",
-    "TPUCTL_ZONE",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "TPU_EMULATOR_HOST",
-    "NO_COLOR",
-    "TPUCTL_API_RETRY_SECONDS",
+from tests.support import (
+    AMBIENT,
+    Outcome,
+    child_environment,
+    invoke,
+    python_with_default_sigint,
 )
+
+ZONE = "us-central2-b"
 
 
 @dataclass
@@ -60,16 +49,6 @@ def tpu_emulator(request: pytest.FixtureRequest) -> Iterator[EmulatorHandle]:
         yield EmulatorHandle(own.host, admin, 10.0)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
 @dataclass
 class Cloud:
     """One test's slice of the emulator: its own project, so lists see only its QRs."""
@@ -89,24 +68,18 @@ class Cloud:
 
     def cli(self, *args: str, env: Mapping[str, str] | None = None) -> Outcome:
         """tpuctl in-process, through main.run's error boundary (exit codes, JSON errors)."""
-        argv = list(args)
-        runner = CliRunner()
-        with runner.isolation(env={**self.env, **(env or {})}) as streams:
-            code = run(argv, as_json=_wants_json(argv), debug=False)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            return Outcome(code, streams[0].getvalue().decode(), streams[1].getvalue().decode())
+        return invoke(args, {**self.env, **(env or {})})
 
     def child_env(self) -> dict[str, str]:
         """The environment for a child process using this emulator and project."""
-        return child_env(self.env)
+        return child_environment(self.env)
 
     def spawn(self, *args: str, **popen: Any) -> subprocess.Popen[str]:
         """`python -m tpuctl ARGS` as a real process (for real signals)."""
         return subprocess.Popen(
             python_with_default_sigint("-m", "tpuctl", *args),
             cwd=self.tmp_path,
-            env=child_env(self.env),
+            env=child_environment(self.env),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -138,13 +111,6 @@ class Cloud:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def child_env(extra: Mapping[str, str]) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
-    environ["PYTHONPATH"] = str(REPO)
-    environ.update(extra)
-    return environ
 
 
 @pytest.fixture

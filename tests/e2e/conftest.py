@@ -4,11 +4,9 @@ absolute path is shared storage), `tpuctl up` as a real process, tpuctl in-proce
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,42 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from tpuctl.cli.main import _wants_json, run
+from tests.support import AMBIENT, Outcome, child_environment, invoke, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_TRAIN = REPO / "scripts" / "toy_train.py"
 ZONE = "us-central2-b"
 USER = "tester"
-# Environment that would change what tpuctl or the trainer does; tests set only their own.
-AMBIENT = (
-    "TPUCTL_FORMAT",
-    "TPUCTL_PROJECT",
-    "TPUCTL_ZONE",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "TPU_EMULATOR_HOST",
-    "TPUCTL_SSH_PORT",
-    "TPUCTL_API_RETRY_SECONDS",
-    "TPUCTL_CHECKPOINT_DIR",
-    "TPUCTL_DONE_MARKER",
-    "GCE_METADATA_HOST",
-    "STORAGE_EMULATOR_HOST",
-    "NO_COLOR",
-)
 # `tpuctl up` flags that make the babysitter react within a second on the sped-up emulator.
 FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--failure-confirm", "1")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
 
 
 @dataclass
@@ -77,22 +48,10 @@ class Job:
         return self.cli_env(self.env, *args)
 
     def cli_env(self, env: Mapping[str, str], *args: str) -> Outcome:
-        argv = list(args)
-        runner = CliRunner()
-        with runner.isolation(env=dict(env)) as streams:
-            try:
-                code = run(argv, as_json=_wants_json(argv), debug=False)
-            except SystemExit as done:
-                code = int(done.code or 0)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            return Outcome(code, streams[0].getvalue().decode(), streams[1].getvalue().decode())
+        return invoke(args, dict(env))
 
     def child_env(self) -> dict[str, str]:
-        environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
-        environ["PYTHONPATH"] = str(REPO)
-        environ.update(self.env)
-        return environ
+        return child_environment(self.env)
 
     def start_up(self, *extra: str) -> subprocess.Popen[str]:
         """`tpuctl up SPEC` as a real process (stdout and stderr to one log file)."""
@@ -177,15 +136,6 @@ class Job:
             env=environ, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         return (directory / "final.json").read_bytes()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Job, wait_for
+from tests.e2e.conftest import Job
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 

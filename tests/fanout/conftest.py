@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import AMBIENT, QR, USER, Tpuctl, create_qr, delete_qr
+from tests.fanout.helpers import QR, USER, Tpuctl, create_qr, delete_qr
+from tests.support import AMBIENT
 
 
 @pytest.fixture(scope="module")

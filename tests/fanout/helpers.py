@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -12,35 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
-from tpuctl.cli.main import _wants_json, run
+from tests.support import Outcome, child_environment, invoke
 
 ZONE = "us-central2-b"
 USER = "tester"
-AMBIENT = (
-    "TPUCTL_FORMAT",
-    "TPUCTL_PROJECT",
-    "TPUCTL_ZONE",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "TPU_EMULATOR_HOST",
-    "TPUCTL_SSH_PORT",
-    "NO_COLOR",
-)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    def by_label(self) -> dict[str, dict[str, Any]]:
-        return {f"{w['slice']}/{w['worker']}": w for w in self.json()["workers"]}
+def by_label(outcome: Outcome) -> dict[str, dict[str, Any]]:
+    """A fan-out command's --format json result, per worker label ("slice/worker")."""
+    return {f"{w['slice']}/{w['worker']}": w for w in outcome.json()["workers"]}
 
 
 @dataclass
@@ -133,32 +110,10 @@ class Tpuctl:
         }
 
     def __call__(self, *args: str, env: Mapping[str, str] | None = None) -> Outcome:
-        argv = list(args)
-        runner = CliRunner()
-        with runner.isolation(env={**self.env, **(env or {})}) as streams:
-            try:
-                code = run(argv, as_json=_wants_json(argv), debug=False)
-            except SystemExit as done:  # the fan-out commands exit after printing the result
-                code = int(done.code or 0)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            return Outcome(code, streams[0].getvalue().decode(), streams[1].getvalue().decode())
+        return invoke(args, {**self.env, **(env or {})})
 
     def child_env(self) -> dict[str, str]:
-        repo = Path(__file__).resolve().parents[2]
-        environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
-        environ["PYTHONPATH"] = str(repo)
-        environ.update(self.env)
-        return environ
-
-
-def wait_for(predicate: Any, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        return child_environment(self.env)
 
 
 def pid_alive(pid: int) -> bool:

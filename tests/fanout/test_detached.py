@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.fanout.helpers import QR, Tpuctl, pid_alive, wait_for
+from tests.fanout.helpers import QR, Tpuctl, by_label, pid_alive
+from tests.support import wait_for
 
 SPAWNS_A_CHILD = "sleep 300 & echo $! > child.pid; echo started $TPUCTL_EMULATED_WORKER; wait"
 
@@ -12,7 +13,7 @@ def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Tpuctl, qr: QR) -> 
     assert started.exit_code == 0, started.stderr
     data = started.json()
     run_id = data["summary"]["run_id"]
-    pids = {label: row["detail"]["pid"] for label, row in started.by_label().items()}
+    pids = {label: row["detail"]["pid"] for label, row in by_label(started).items()}
     assert set(pids) == set(qr.labels()) and all(pids.values())
     homes = {f"{s}/{w}": qr.home(s, w) for s in range(2) for w in range(qr.workers_per_node)}
     run_dir = {label: home / ".tpuctl" / "runs" / run_id for label, home in homes.items()}

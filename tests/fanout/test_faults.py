@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import QR, Tpuctl, wait_for
-from tests.interrupts import python_with_default_sigint
+from tests.fanout.helpers import QR, Tpuctl, by_label
+from tests.support import python_with_default_sigint, wait_for
 
 
 @contextmanager
@@ -28,7 +28,7 @@ def test_unreachable_worker_gives_exit_10_without_holding_up_the_rest(
     with ssh_fault(emulator, qr, 0, 1, "refuse"):
         out = tpuctl("ssh", qr.name, "--format", "json", "--", "echo ran")
     assert out.exit_code == 10, out.stderr
-    rows = out.by_label()
+    rows = by_label(out)
     assert rows["0/1"]["status"] == "unreachable"
     assert "connect" in rows["0/1"]["error"]
     assert all(rows[label]["stdout_tail"] == "ran" for label in qr.labels() if label != "0/1")
@@ -42,7 +42,7 @@ def test_hanging_worker_hits_the_connect_timeout_exit_4(
         out = tpuctl("ssh", qr.name, "--connect-timeout", "1", "--format", "json", "--", "true")
         took = time.monotonic() - began
     assert out.exit_code == 4, out.stderr
-    rows = out.by_label()
+    rows = by_label(out)
     assert rows["1/0"]["status"] == "timeout"
     assert all(rows[label]["duration_s"] < 1.0 for label in qr.labels() if label != "1/0")
     assert took < 8

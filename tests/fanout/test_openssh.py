@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import AMBIENT, Tpuctl, create_qr
+from tests.fanout.helpers import Tpuctl, by_label, create_qr
+from tests.support import AMBIENT
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
@@ -66,7 +67,7 @@ def test_commands_and_exit_codes_through_openssh(
         'echo "on $TPUCTL_EMULATED_WORKER"; case $TPUCTL_EMULATED_WORKER in */1) exit 4;; esac',
     )  # fmt: skip
     assert out.exit_code == 3, out.stderr
-    rows = out.by_label()
+    rows = by_label(out)
     assert rows["0/0"]["status"] == "ok" and rows["0/0"]["stdout_tail"] == f"on {qr.node_ids[0]}/0"
     assert rows["0/1"]["exit_code"] == 4
     started = tpuctl("ssh", qr.name, "--user", user, "--detach", "--", "sleep 30")

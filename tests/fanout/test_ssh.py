@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from typing import Any
 
-from tests.fanout.helpers import QR, Tpuctl
+from tests.fanout.helpers import QR, Tpuctl, by_label
 
 
 def test_every_worker_of_a_multislice_qr_runs_the_command(tpuctl: Tpuctl, qr: QR) -> None:
@@ -47,7 +47,7 @@ def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Tpuctl, qr
     row = next(line for line in out.stdout.splitlines() if line.startswith("1/1 "))
     assert "FAILED" in row and " 7 " in row
     assert "1/1" in out.stderr  # the error line names the worker
-    healthy = tpuctl("ssh", qr.name, "--format", "json", "--", _fail_on(qr, 1, 1, 7)).by_label()
+    healthy = by_label(tpuctl("ssh", qr.name, "--format", "json", "--", _fail_on(qr, 1, 1, 7)))
     assert healthy["1/1"]["exit_code"] == 7 and healthy["1/1"]["stderr_tail"] == "boom"
     assert all(healthy[label]["status"] == "ok" for label in qr.labels() if label != "1/1")
 
@@ -55,7 +55,7 @@ def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Tpuctl, qr
 def test_selectors_pick_slices_and_workers(tpuctl: Tpuctl, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--node", "1", "--worker", "0", "--format", "json", "--", "true")
     assert out.exit_code == 0, out.stderr
-    assert list(out.by_label()) == ["1/0"]
+    assert list(by_label(out)) == ["1/0"]
     bad = tpuctl("ssh", qr.name, "--worker", "5", "--", "true")
     assert bad.exit_code == 2 and "no worker 5" in bad.stderr
 

@@ -6,7 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.fanout.helpers import QR, Tpuctl, pid_alive, wait_for
+from tests.fanout.helpers import QR, Tpuctl, pid_alive
+from tests.support import wait_for
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -4,7 +4,6 @@ the fleet of their workers (real SSH), and a shared checkpoint dir per test."""
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from tests.resume.conftest import fake_gcs, gcs_bucket  # noqa: F401  (fixtures, reused)
+from tests.support import AMBIENT, wait_for
 from tpuctl.fanout import jobs
 from tpuctl.fanout.operations import Fleet, SshSettings, prepare_fleet
 from tpuctl.spec.load import load_spec
@@ -22,30 +22,6 @@ from tpuctl.spec.model import Spec
 
 ZONE = "us-central2-b"
 SSH_USER = "tester"
-# Variables that would change what tpuctl or a trainer does; cleared for every test.
-AMBIENT = (
-    "TPUCTL_FORMAT",
-    "TPUCTL_PROJECT",
-    "TPUCTL_ZONE",
-    "CLOUDSDK_CORE_PROJECT",
-    "CLOUDSDK_COMPUTE_ZONE",
-    "TPU_EMULATOR_HOST",
-    "TPUCTL_SSH_PORT",
-    "NO_COLOR",
-    "GCE_METADATA_HOST",
-    "STORAGE_EMULATOR_HOST",
-)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @dataclass

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.jobs.conftest import JobQR, wait_for
+from tests.jobs.conftest import JobQR
+from tests.support import wait_for
 from tpuctl.fanout import jobs
 
 REPO = Path(__file__).resolve().parents[2]

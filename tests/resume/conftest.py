@@ -19,31 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.resume.helpers import FakeGcs
-
-# Variables a toy_train or tpuctl child must not inherit from whoever runs the tests.
-AMBIENT_VARIABLES = (
-    "GCE_METADATA_HOST",
-    "STORAGE_EMULATOR_HOST",
-    "TPUCTL_FORMAT",
-    "TPUCTL_CHECKPOINT_DIR",
-    "TPUCTL_DONE_MARKER",
-    "TPUCTL_RUN_NAME",
-    "TPUCTL_WORKER_ID",
-    "TPUCTL_SLICE_ID",
-    "TPUCTL_NUM_SLICES",
-    "TPUCTL_WORKERS_PER_SLICE",
-    "TPUCTL_PROCESS_ID",
-    "TPUCTL_NUM_PROCESSES",
-    "MEGASCALE_SLICE_ID",
-    "MEGASCALE_NUM_SLICES",
-    "MEGASCALE_COORDINATOR_ADDRESS",
-    "NO_COLOR",
-)
+from tests.support import AMBIENT
 
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in AMBIENT_VARIABLES:
+    for name in AMBIENT:
         monkeypatch.delenv(name, raising=False)
 
 

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.resume.conftest import AMBIENT_VARIABLES
+from tests.support import AMBIENT
 from tpuctl.resume.checkpoints import inspect_checkpoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ STEP_LINE = re.compile(r"step (\d+)/(\d+) loss=[0-9.]+ state=[0-9a-f]{12}\Z")
 
 
 def toy_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if k not in AMBIENT_VARIABLES}
+    environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
     # Off a TPU VM: identity from the startup script's variables, no metadata lookup.
     environ["TPUCTL_WORKER_ID"] = "0"
     environ.update(extra or {})

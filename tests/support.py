@@ -1,0 +1,110 @@
+"""What the test folders share: a clean environment, tpuctl in-process or as a child, waiting."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from click.testing import CliRunner
+
+from tpuctl.cli.main import _wants_json, run
+
+REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+# Environment that would change what tpuctl, the emulator or a trainer does: cleared for tests,
+# which set only what they mean to.
+AMBIENT = (
+    "TPUCTL_FORMAT",
+    "TPUCTL_PROJECT",
+    "TPUCTL_ZONE",
+    "CLOUDSDK_CORE_PROJECT",
+    "CLOUDSDK_COMPUTE_ZONE",
+    "TPU_EMULATOR_HOST",
+    "TPUCTL_SSH_PORT",
+    "TPUCTL_API_RETRY_SECONDS",
+    "TPUCTL_CHECKPOINT_DIR",
+    "TPUCTL_DONE_MARKER",
+    "TPUCTL_RUN_NAME",
+    "TPUCTL_WORKER_ID",
+    "TPUCTL_SLICE_ID",
+    "TPUCTL_NUM_SLICES",
+    "TPUCTL_WORKERS_PER_SLICE",
+    "TPUCTL_PROCESS_ID",
+    "TPUCTL_NUM_PROCESSES",
+    "MEGASCALE_SLICE_ID",
+    "MEGASCALE_NUM_SLICES",
+    "MEGASCALE_COORDINATOR_ADDRESS",
+    "GCE_METADATA_HOST",
+    "STORAGE_EMULATOR_HOST",
+    "NO_COLOR",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a tpuctl invocation left: its exit code and what it wrote to each stream."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def invoke(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Outcome:
+    """tpuctl in-process, through main.run's error boundary (exit codes, JSON errors), with
+    `env` set (None unsets) for the call only."""
+    argv = list(args)
+    runner = CliRunner()
+    with runner.isolation(env=env) as streams:
+        try:
+            code = run(argv, as_json=_wants_json(argv), debug="--debug" in argv)
+        except SystemExit as done:
+            code = int(done.code or 0)
+        sys.stdout.flush()  # the isolated streams are buffered text wrappers
+        sys.stderr.flush()
+        return Outcome(code, streams[0].getvalue().decode(), streams[1].getvalue().decode())
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a tpuctl child process: this one without AMBIENT, the checkout under
+    test on PYTHONPATH (even without the editable install), then `extra`."""
+    environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+    environ["PYTHONPATH"] = str(REPO)
+    environ.update(extra or {})
+    return environ
+
+
+# A runner started as a background job (`.ci/run &`) has SIGINT ignored, and its children
+# inherit that; Python installs its Ctrl-C handler only over the default disposition, so such a
+# child would never see the test's SIGINT. Reset it, then exec: the default survives exec.
+_RESET_AND_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def python_with_default_sigint(*args: str) -> list[str]:
+    """argv for `python ARGS` whose SIGINT behaves as at a terminal, however tests were run."""
+    return [sys.executable, "-c", _RESET_AND_EXEC, *args]
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 20.0, what: str = "it", interval: float = 0.05
+) -> T:
+    """Poll until `predicate` returns something true, and return that; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
