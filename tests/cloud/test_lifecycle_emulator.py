@@ -272,3 +272,16 @@ def test_ctrl_c_with_delete_on_interrupt_deletes_it(
     assert process.returncode == 130, err
     assert "deletion requested" in err
     wait_gone(cloud, name)
+
+
+def test_create_says_how_a_local_job_code_gets_delivered(cloud: Cloud) -> None:
+    (cloud.tmp_path / "src").mkdir()
+    spec = cloud.spec(extra="job:\n  code: ./src\n  command: python3 train.py\n")
+    created = cloud.cli("create", str(spec), "--wait")
+    assert created.exit_code == 0, created.stderr
+    assert "job.code ./src is local" in created.stderr
+    assert f"tpuctl up {spec}" in created.stderr
+    without_code = cloud.spec(extra="job:\n  command: python3 train.py\n")
+    plain = cloud.cli("create", str(without_code))
+    assert plain.exit_code == 0, plain.stderr
+    assert "is local" not in plain.stderr

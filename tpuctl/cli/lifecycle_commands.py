@@ -331,6 +331,13 @@ def create(
                 api, plan.name, state, delete_on_interrupt, during="waiting for"
             ) from None
         result["queued_resource"] = result["wait"]["queued_resource"]
+    if spec.job is not None and spec.job.code and not spec.job.code.startswith("gs://"):
+        # The startup script cannot fetch a local directory: the job waits until tpuctl
+        # delivers it over SSH, which create does not do.
+        app.info(
+            f"note: job.code {spec.job.code} is local, so the job starts once it is delivered: "
+            f"run `tpuctl up {spec_path}` (delivers it, then babysits the job)"
+        )
     app.emit(result, _draw_status(result["queued_resource"]))
 
 
