@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tpuctl.cloud.recovery import compile_step_pattern, parse_log
+from tpuctl.resume.logs import compile_step_pattern, parse_log
 from tpuctl.resume.report import build_report, checkpoint_step_seconds
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)

@@ -424,11 +424,14 @@ def drill(
             "or --external-recovery when tpuctl up is babysitting it"
         )
     if step_pattern is not None:
+        from tpuctl.resume.logs import compile_step_pattern
+
         try:
-            if re.compile(step_pattern).groups < 1:
-                raise UsageError("--step-pattern needs a capture group for the step number")
+            compile_step_pattern(step_pattern)
         except re.error as error:
             raise UsageError(f"--step-pattern is not a regular expression: {error}") from None
+        except ValueError as error:
+            raise UsageError(f"--step-pattern: {error}") from None
     api = connect_api(resolved.location, impersonate)
     admin = None
     if is_emulator():

@@ -30,14 +30,12 @@ from tpuctl.cloud.recovery import (
     JobOps,
     JobRecord,
     JournalLike,
-    LogFacts,
     StorageJobRecord,
     WorkerStatus,
-    compile_step_pattern,
-    parse_log,
 )
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES, Clock, WatchPolicy
 from tpuctl.errors import DeadlineError, TpuctlError, UsageError
+from tpuctl.resume.logs import LogFacts, compile_step_pattern, parse_log
 
 if TYPE_CHECKING:
     from tpuctl.cloud.client import TpuApi
