@@ -334,3 +334,24 @@ def test_spec_reads_stdin(cli: Cli, write_spec: WriteSpec) -> None:
         sys.stdout.flush()
         assert code == 0
         assert streams[0].getvalue().decode().startswith("- is valid: demo")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("0.5", 0.5), ("90s", 90.0), ("1h30m", 5400.0), ("20", 20.0)]
+)
+def test_duration_option_takes_the_spec_syntax_and_fractional_seconds(
+    text: str, seconds: float
+) -> None:
+    from tpuctl.cli.options import DURATION
+
+    assert DURATION.convert(text, None, None) == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "soon", "1h-5m"])
+def test_duration_option_refuses_what_is_not_a_positive_duration(text: str) -> None:
+    import click
+
+    from tpuctl.cli.options import DURATION
+
+    with pytest.raises(click.BadParameter, match="not a positive duration"):
+        DURATION.convert(text, None, None)

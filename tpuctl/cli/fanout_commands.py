@@ -22,6 +22,8 @@ from tpuctl.cli.options import (
     output_option,
     project_zone_options,
     set_option,
+    ssh_settings,
+    worker_ssh_options,
 )
 from tpuctl.cli.targets import connect_api, load_spec_warned, resolve_location_for, resolve_target
 from tpuctl.errors import ExitCode, UsageError
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tpuctl.cli.context import AppContext
-    from tpuctl.fanout.operations import Fleet, SshSettings
+    from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
     from tpuctl.fanout.targets import WorkerTarget
 
@@ -41,19 +43,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def ssh_options(func: F) -> F:
-    """Options shared by every command that connects to workers."""
+    """Options shared by every fan-out command: reaching the workers, and how hard to try."""
     options = [
-        click.option(
-            "--strict-host-key-checking",
-            type=click.Choice(["yes", "no"]),
-            default="yes",
-            show_default=True,
-            help="Verify each worker's host key against its guest attributes. 'no' skips it.",
-        ),
-        click.option(
-            "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
-        ),
-        click.option("--internal-ip", is_flag=True, default=False, help="Connect to internal IPs."),
+        worker_ssh_options,
         click.option(
             "--connect-timeout",
             type=DURATION,
@@ -68,7 +60,6 @@ def ssh_options(func: F) -> F:
             show_default=True,
             help="Connections being set up at once (running commands never hold a slot).",
         ),
-        click.option("--user", default=None, help="SSH user (default: $USER)."),
         impersonate_option,
         project_zone_options,
         output_option,
@@ -94,35 +85,6 @@ def selector_options(default: str = "all") -> Callable[[F], F]:
     return decorate
 
 
-def _settings(
-    app: AppContext,
-    *,
-    user: str | None,
-    internal_ip: bool,
-    ssh_port: int | None,
-    strict_host_key_checking: str,
-    connect_timeout: float,
-    batch_size: int,
-) -> SshSettings:
-    from tpuctl.fanout.operations import SshSettings
-
-    strict = strict_host_key_checking == "yes"
-    if not strict:
-        app.warn(
-            "--strict-host-key-checking no: worker host keys are NOT checked against their "
-            "guest attributes; anyone able to intercept the connection could impersonate a "
-            "worker and read your commands, output and uploads"
-        )
-    return SshSettings(
-        user=user,
-        internal_ip=internal_ip,
-        ssh_port=ssh_port,
-        strict_host_key_checking=strict,
-        connect_timeout=connect_timeout,
-        batch_size=batch_size,
-    )
-
-
 def _fleet(
     app: AppContext,
     target: str,
@@ -137,7 +99,7 @@ def _fleet(
 
     resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"))
     api = connect_api(resolved.location, params.pop("impersonate"))
-    settings = _settings(app, **{**params, "user": params.get("user") or user})
+    settings = ssh_settings(app, **{**params, "user": params.get("user") or user})
     return prepare_fleet(
         api,
         resolved.name,
@@ -432,7 +394,7 @@ def _job_ps(
     resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"))
     api = connect_api(resolved.location, params.pop("impersonate"))
     run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
-    settings = _settings(app, **params)
+    settings = ssh_settings(app, **params)
     fleet = prepare_fleet(
         api,
         resolved.name,
@@ -582,7 +544,7 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
     api = connect_api(location, params.pop("impersonate"))
     from tpuctl.fanout.operations import prepare_fleet
 
-    settings = _settings(app, **{**params, "user": params.get("user") or spec.job.user})
+    settings = ssh_settings(app, **{**params, "user": params.get("user") or spec.job.user})
     fleet = prepare_fleet(api, spec.name, settings, on_progress=app.info)
     code_dir = resolve_code_path(spec)
     job = operations.run_job(

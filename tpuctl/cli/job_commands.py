@@ -24,6 +24,8 @@ from tpuctl.cli.options import (
     project_zone_options,
     set_option,
     spec_argument,
+    ssh_settings,
+    worker_ssh_options,
 )
 from tpuctl.cli.targets import (
     connect_api,
@@ -47,64 +49,7 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class SecondsType(click.ParamType):  # type: ignore[type-arg]  # generic only in click ≥ 8.3
-    """A duration (`30s`, `5m`) or a plain, possibly fractional, number of seconds (`0.5`)."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            return DURATION.convert(value, param, ctx)
-        if seconds <= 0:
-            self.fail(f"{value!r} is not a positive duration like 0.5, 90s or 30m", param, ctx)
-        return seconds
-
-
-SECONDS = SecondsType()
-
-
 # ------------------------------------------------------------------------------- shared
-
-
-def worker_ssh_options(func: F) -> F:
-    """How to reach the workers (the fan-out commands' flags, minus the selectors)."""
-    options = [
-        click.option(
-            "--strict-host-key-checking",
-            type=click.Choice(["yes", "no"]),
-            default="yes",
-            show_default=True,
-            help="Verify each worker's host key against its guest attributes.",
-        ),
-        click.option(
-            "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
-        ),
-        click.option("--internal-ip", is_flag=True, default=False, help="Connect to internal IPs."),
-        click.option("--user", default=None, help="SSH user (default: $USER)."),
-    ]
-    for option in options:
-        func = option(func)
-    return func
-
-
-def _ssh_settings(
-    app: AppContext,
-    *,
-    user: str | None,
-    ssh_port: int | None,
-    internal_ip: bool,
-    strict_host_key_checking: str,
-) -> SshSettings:
-    from tpuctl.fanout.operations import SshSettings
-
-    strict = strict_host_key_checking == "yes"
-    if not strict:
-        app.warn("--strict-host-key-checking no: worker host keys are NOT verified")
-    return SshSettings(
-        user=user, internal_ip=internal_ip, ssh_port=ssh_port, strict_host_key_checking=strict
-    )
 
 
 def _fleet_factory(app: AppContext, api: TpuApi, name: str, settings: SshSettings) -> Any:
@@ -194,20 +139,20 @@ def _seconds(value: float | None) -> str:
 @click.option("--keep", is_flag=True, default=False, help="Keep the queued resource when done.")
 @click.option(
     "--poll",
-    type=SECONDS,
+    type=DURATION,
     default=None,
     help="Seconds between status polls of an ACTIVE queued resource (default: 6 s + jitter).",
 )
 @click.option(
     "--job-check-every",
-    type=SECONDS,
+    type=DURATION,
     default=20.0,
     show_default=True,
     help="Seconds between per-worker job status checks over SSH.",
 )
 @click.option(
     "--failure-confirm",
-    type=SECONDS,
+    type=DURATION,
     default=10.0,
     show_default=True,
     help="How long every worker must stay exited before it counts as a job failure.",
@@ -278,7 +223,7 @@ def up(
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
     location = resolve_location_for(project, zone, spec)
     api = connect_api(location, impersonate)
-    settings = _ssh_settings(app, **ssh)
+    settings = ssh_settings(app, **ssh)
     if queue_timeout is None and spec.deadlines.queue is not None:
         queue_timeout = spec.deadlines.queue.total_seconds()
     if provision_timeout is None and spec.deadlines.provision is not None:
@@ -438,7 +383,7 @@ def drill(
         from tpuctl.emulator.admin import AdminClient
 
         admin = AdminClient(os.environ[EMULATOR_ENV])
-    settings = _ssh_settings(app, **ssh)
+    settings = ssh_settings(app, **ssh)
     options = DrillOptions(
         kind=kind,  # type: ignore[arg-type]  # click.Choice checked it
         worker=worker,

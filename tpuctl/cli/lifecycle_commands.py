@@ -21,6 +21,8 @@ from tpuctl.cli.options import (
     project_zone_options,
     set_option,
     spec_argument,
+    ssh_settings,
+    worker_ssh_options,
     yes_option,
 )
 from tpuctl.cli.targets import (
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 
     from tpuctl.cloud.lifecycle import WaitOptions
     from tpuctl.cloud.watcher import WatchEvent
+    from tpuctl.fanout.operations import SshSettings
     from tpuctl.spec.model import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -372,6 +375,7 @@ def _json(data: Any) -> str:
     help="Also read every worker's startup-script job over SSH (state, boot, pid, exit code, "
     "heartbeat age; JSON key jobs). The run name comes from SPEC, or NAME's tpuctl-run label.",
 )
+@worker_ssh_options
 @output_option
 def status(
     *,
@@ -380,6 +384,7 @@ def status(
     zone: str | None,
     impersonate: str | None,
     show_jobs: bool = False,
+    **ssh: Any,
 ) -> None:
     """State of a queued resource (how long in it, who caused it, why it failed), its slices,
     nodes, health and every worker's addresses."""
@@ -392,7 +397,7 @@ def status(
     if not show_jobs:
         app.emit(summary, _draw_status(summary))
         return
-    summary["jobs"] = _job_statuses(app, api, resolved, summary)
+    summary["jobs"] = _job_statuses(app, api, resolved, summary, ssh_settings(app, **ssh))
     app.emit(summary, _draw_status_and_jobs(summary))
 
 
@@ -400,17 +405,17 @@ def status(
 
 
 def _job_statuses(
-    app: AppContext, api: Any, resolved: Target, summary: dict[str, Any]
+    app: AppContext, api: Any, resolved: Target, summary: dict[str, Any], settings: SshSettings
 ) -> list[dict[str, Any]]:
     """Every worker's startup-script job (tpuctl.fanout.jobs), or [] when there are no workers."""
     from tpuctl.fanout import jobs
-    from tpuctl.fanout.operations import SshSettings, prepare_fleet
+    from tpuctl.fanout.operations import prepare_fleet
 
     run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
     if summary["state"] != "ACTIVE":
         app.warn(f"{resolved.name} is {summary['state']}: no workers to read the job from")
         return []
-    fleet = prepare_fleet(api, resolved.name, SshSettings(), on_progress=app.info)
+    fleet = prepare_fleet(api, resolved.name, settings, on_progress=app.info)
     return [status.to_dict() for status in jobs.job_status_for_run(fleet, run_name)]
 
 
@@ -448,19 +453,6 @@ def _draw_status_and_jobs(summary: dict[str, Any]) -> Callable[[Console], None]:
         console.print(table)
 
     return draw
-
-
-@click.command()
-@click.argument("target", metavar="NAME|SPEC")
-@project_zone_options
-@impersonate_option
-@output_option
-def describe(
-    *, target: str, project: str | None, zone: str | None, impersonate: str | None
-) -> None:
-    """Same as status."""
-    ctx = click.get_current_context()
-    ctx.invoke(status, target=target, project=project, zone=zone, impersonate=impersonate)
 
 
 @click.command("list")

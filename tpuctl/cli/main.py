@@ -47,11 +47,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "status",
         "State of a queued resource, its slices, nodes and workers.",
     ),
-    "describe": (
-        "tpuctl.cli.lifecycle_commands",
-        "describe",
-        "Same as status.",
-    ),
+    "describe": ("tpuctl.cli.lifecycle_commands", "status", "Same as status."),
     "list": ("tpuctl.cli.lifecycle_commands", "list_command", "List tpuctl's queued resources."),
     "wait": (
         "tpuctl.cli.lifecycle_commands",

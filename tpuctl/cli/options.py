@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tpuctl.cli.context import FORMATS, AppContext
+
+if TYPE_CHECKING:
+    from tpuctl.fanout.operations import SshSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,22 +90,32 @@ def dry_run_option(func: F) -> F:
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in click ≥ 8.3
-    """`30m`, `1h30m`, `90s`, `2d` or plain seconds, in the spec's syntax → seconds (> 0)."""
+    """`30m`, `1h30m`, `90s`, `2d` in the spec's syntax, or plain (fractional) seconds such as
+    `0.5` → seconds (> 0)."""
 
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, float | int) and not isinstance(value, bool):
-            return float(value)
-        from tpuctl.spec.durations import parse_duration
-
-        try:
-            seconds = parse_duration(str(value)).total_seconds()
-        except ValueError:
-            seconds = 0.0
-        if seconds <= 0:
-            self.fail(f"{value!r} is not a positive duration like 90s, 30m or 1h30m", param, ctx)
+            seconds = float(value)
+        else:
+            seconds = _seconds(str(value))
+        if not seconds > 0:  # also NaN
+            self.fail(f"{value!r} is not a positive duration like 0.5, 90s or 30m", param, ctx)
         return seconds
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from tpuctl.spec.durations import parse_duration
+
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError:
+        return 0.0
 
 
 DURATION = DurationType()
@@ -117,3 +130,53 @@ def impersonate_option(func: F) -> F:
         envvar="TPUCTL_IMPERSONATE_SERVICE_ACCOUNT",
         help="Act as this service account (google-auth impersonated credentials).",
     )(func)
+
+
+def worker_ssh_options(func: F) -> F:
+    """How to reach the workers: the flags of every command that connects to them."""
+    options = [
+        click.option(
+            "--strict-host-key-checking",
+            type=click.Choice(["yes", "no"]),
+            default="yes",
+            show_default=True,
+            help="Verify each worker's host key against its guest attributes. 'no' skips it.",
+        ),
+        click.option(
+            "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
+        ),
+        click.option("--internal-ip", is_flag=True, default=False, help="Connect to internal IPs."),
+        click.option("--user", default=None, help="SSH user (default: $USER)."),
+    ]
+    for option in options:
+        func = option(func)
+    return func
+
+
+def ssh_settings(
+    app: AppContext,
+    *,
+    user: str | None,
+    internal_ip: bool,
+    ssh_port: int | None,
+    strict_host_key_checking: str,
+    **tuning: Any,
+) -> SshSettings:
+    """SshSettings from worker_ssh_options (plus connect_timeout/batch_size where a command has
+    them), saying loudly what `--strict-host-key-checking no` gives up."""
+    from tpuctl.fanout.operations import SshSettings
+
+    strict = strict_host_key_checking == "yes"
+    if not strict:
+        app.warn(
+            "--strict-host-key-checking no: worker host keys are NOT checked against their "
+            "guest attributes; anyone able to intercept the connection could impersonate a "
+            "worker and read your commands, output and uploads"
+        )
+    return SshSettings(
+        user=user,
+        internal_ip=internal_ip,
+        ssh_port=ssh_port,
+        strict_host_key_checking=strict,
+        **tuning,
+    )
