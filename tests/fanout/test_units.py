@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -101,3 +103,29 @@ def test_parse_state() -> None:
     assert remote.parse_state("nothing") is None
     with pytest.raises(UsageError):
         remote.check_run_id("../etc")
+
+
+def _upload(tmp_path: Path, archive: bytes, digest: str) -> subprocess.CompletedProcess[bytes]:
+    script = remote.upload_script(str(tmp_path / "dest"), digest)
+    return subprocess.run(
+        ["bash", "-c", script], input=archive, capture_output=True, timeout=30, check=False
+    )
+
+
+def test_upload_script_unpacks_only_what_matches_its_checksum(tmp_path: Path) -> None:
+    from tpuctl.fanout.operations import pack_local
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('hi')\n", encoding="utf-8")
+    archive = pack_local(source)
+    good = _upload(tmp_path, archive, hashlib.sha256(archive).hexdigest())
+    assert good.returncode == 0, good.stderr
+    assert (tmp_path / "dest" / "train.py").read_text(encoding="utf-8") == "print('hi')\n"
+    (tmp_path / "dest" / "train.py").unlink()
+    corrupted = archive[:-1] + bytes([archive[-1] ^ 0xFF])
+    bad = _upload(tmp_path, corrupted, hashlib.sha256(archive).hexdigest())
+    assert bad.returncode == remote.UPLOAD_CHECKSUM_EXIT
+    assert b"checksum mismatch" in bad.stderr
+    # Nothing was unpacked and the temporary file is gone.
+    assert sorted(p.name for p in (tmp_path / "dest").iterdir()) == []

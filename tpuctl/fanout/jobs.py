@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tpuctl.errors import UsageError
 from tpuctl.fanout.engine import EventCallback, run_fanout
 from tpuctl.fanout.operations import Fleet, pack_local
-from tpuctl.fanout.remote import UPLOAD_CHECKSUM_EXIT
+from tpuctl.fanout.remote import UPLOAD_CHECKSUM_EXIT, receive_archive
 from tpuctl.fanout.results import FanoutResult, WorkerResult
 from tpuctl.render.startup import CODE_READY_MARKER, STATE_ROOT
 
@@ -229,18 +229,11 @@ def pack_code(path: Path) -> bytes:
 
 def _upload_part(workdir: str, sha256: str) -> str:
     """Read the archive from stdin, check it, unpack it as the job user, then the marker last."""
-    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-        raise ValueError("sha256 must be 64 lowercase hex digits")
     return (
         f"w={workdir_word(workdir)}\n"
-        't=$(mktemp "${TPUCTL_VM_ROOT:-}/tmp/tpuctl-code.XXXXXX") || exit 1\n'
-        "trap 'rm -f -- \"$t\"' EXIT\n"
-        'cat >"$t" || exit 1\n'
-        's=$(sha256sum "$t" | cut -d" " -f1)\n'
-        f'if [ "$s" != {sha256} ]; then echo "checksum mismatch: received $s" >&2; '
-        f"exit {UPLOAD_CHECKSUM_EXIT}; fi\n"
+        + receive_archive("${TPUCTL_VM_ROOT:-}/tmp/tpuctl-code.XXXXXX", sha256)
         # Like the startup script: a workdir the job user cannot create is made by root for it.
-        'as_job mkdir -p -- "$w" 2>/dev/null ||\n'
+        + 'as_job mkdir -p -- "$w" 2>/dev/null ||\n'
         '  { as_root mkdir -p -- "$w" && as_root chown -- "$u:" "$w"; } || exit 1\n'
         'as_job tar -xzf - -C "$w" <"$t" ||\n'
         '  { echo "cannot unpack the code into $w" >&2; exit 1; }\n'

@@ -200,17 +200,28 @@ def _int(value: str | None) -> int | None:
 # ----------------------------------------------------------------------------- transfers
 
 
-def upload_script(remote_dir: str, sha256: str) -> str:
-    """Read a tar.gz from stdin into a temporary file, check its sha256, then extract it."""
+def receive_archive(temp_template: str, sha256: str) -> str:
+    """Shell lines that read a tar.gz from stdin into `$t` (a temporary file from
+    `temp_template`, removed at exit) and exit UPLOAD_CHECKSUM_EXIT unless its sha256 is
+    `sha256`; `$s` holds the digest of what arrived."""
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise ValueError("sha256 must be 64 lowercase hex digits")
     return (
-        f'set -e; d={remote_path(remote_dir)}; mkdir -p -- "$d"; '
-        't=$(mktemp "$d/.tpuctl-upload.XXXXXX"); trap \'rm -f "$t"\' EXIT; '
-        'cat >"$t"; s=$(sha256sum "$t" | cut -d" " -f1); '
-        f'if [ "$s" != {sha256} ]; then '
-        f'echo "checksum mismatch: received $s" >&2; exit {UPLOAD_CHECKSUM_EXIT}; fi; '
-        'tar -xzf "$t" -C "$d"; echo "sha256 $s ok"'
+        f't=$(mktemp "{temp_template}") || exit 1\n'
+        "trap 'rm -f -- \"$t\"' EXIT\n"
+        'cat >"$t" || exit 1\n'
+        's=$(sha256sum "$t" | cut -d" " -f1)\n'
+        f'if [ "$s" != {sha256} ]; then echo "checksum mismatch: received $s" >&2; '
+        f"exit {UPLOAD_CHECKSUM_EXIT}; fi\n"
+    )
+
+
+def upload_script(remote_dir: str, sha256: str) -> str:
+    """Receive a tar.gz on stdin (checked, see receive_archive), then extract it."""
+    return (
+        f'd={remote_path(remote_dir)}\nmkdir -p -- "$d" || exit 1\n'
+        + receive_archive("$d/.tpuctl-upload.XXXXXX", sha256)
+        + 'tar -xzf "$t" -C "$d" || exit 1\necho "sha256 $s ok"\n'
     )
 
 
