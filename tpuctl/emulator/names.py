@@ -1,4 +1,5 @@
-"""Resource names: `projects/P/locations/Z/{queuedResources,nodes,operations}/ID`."""
+"""Resource names (`projects/P/locations/Z/{queuedResources,nodes,operations}/ID`) and the
+worker ids of a node, as requests spell them."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ def parent_matches(pattern: str, parent: str) -> bool:
     want = pattern.split("/")
     have = parent.split("/")
     return len(want) == len(have) and all(w in ("-", h) for w, h in zip(want, have, strict=True))
+
+
+def worker_indexes(worker_ids: list[str], count: int, *, allow_all: bool) -> list[int]:
+    """Worker ids as sent ("0", "3") → indexes of a node with `count` workers; none sent means
+    every worker when `allow_all`, else none."""
+    if not worker_ids:
+        return list(range(count)) if allow_all else []
+    result = []
+    for text in worker_ids:
+        if not text.strip().isdigit() or int(text) >= count:
+            raise invalid(f'Invalid worker id "{text}": the node has workers 0-{count - 1}')
+        result.append(int(text))
+    return result

@@ -1,0 +1,364 @@
+"""The flows: the work behind each action on a queued resource that takes emulated time.
+
+Each flow is a function of the Runtime, run in its own thread by `Runtime.spawn`; the state
+changes it makes are rows of transitions.py. Create runs create → await_capacity → provision;
+reset, maintenance and repair all come down to `restart`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Iterable
+
+import grpc
+from google.protobuf import empty_pb2
+from google.rpc import status_pb2
+
+from tpuctl.emulator.metadata import COORDINATOR_PORT
+from tpuctl.emulator.protos import copy_message, qr_proto
+from tpuctl.emulator.records import (
+    PREEMPTIBLE_TIERS,
+    Health,
+    Initiator,
+    NodeRecord,
+    NodeState,
+    OperationRecord,
+    QrState,
+    QueuedResourceRecord,
+)
+from tpuctl.emulator.runtime import Runtime
+
+log = logging.getLogger("tpuctl.emulator")
+
+
+# ---------------------------------------------------------------------------------- create
+def create(rt: Runtime, qr: QueuedResourceRecord, epoch: int, operation: OperationRecord) -> None:
+    with qr.flow_lock:
+        if not rt.sleep(qr, epoch, rt.config.delays.creating):
+            rt.operations.abandon(operation)
+            return
+        with rt.lock:
+            if not rt.alive(qr, epoch):
+                rt.operations.abandon(operation)
+                return
+            rt.set_qr_state(qr, QrState.WAITING_FOR_RESOURCES)
+            rt.operations.finish(operation, qr_proto(qr))
+        if await_capacity(rt, qr, epoch):
+            provision(rt, qr, epoch)
+
+
+def await_capacity(rt: Runtime, qr: QueuedResourceRecord, epoch: int) -> bool:
+    """Until the QR holds its chips (True), is superseded, or fails at valid_until (False)."""
+    plan = qr.plan
+    dwell_end = rt.clock.monotonic() + rt.clock.scaled(rt.config.delays.waiting)
+    with rt.cond:
+        while True:
+            if not rt.alive(qr, epoch):
+                return False
+            now = rt.clock.monotonic()
+            if plan.valid_until is not None and now >= plan.valid_until:
+                fail(
+                    rt,
+                    qr,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"The queued resource could not be provisioned before its valid_until "
+                    f"time: {plan.chips} {plan.accelerator.generation} chips were not "
+                    f"available in {plan.zone} "
+                    f"({rt.pools.free(plan.accelerator.generation)} free)",
+                )
+                return False
+            ready_at = max(dwell_end, plan.valid_after)
+            timeout: float | None = None
+            if now >= ready_at:
+                generation = plan.accelerator.generation
+                if rt.pools.try_allocate(qr.name, generation, plan.chips):
+                    rt.events.emit(
+                        "capacity.allocate", qr=qr.name, detail=f"{generation}={plan.chips}"
+                    )
+                    return True
+            else:
+                timeout = ready_at - now
+            if plan.valid_until is not None:
+                left = plan.valid_until - now
+                timeout = left if timeout is None else min(timeout, left)
+            rt.cond.wait(timeout)
+
+
+def provision(rt: Runtime, qr: QueuedResourceRecord, epoch: int) -> None:
+    started = rt.clock.monotonic()
+    with rt.lock:
+        if not rt.alive(qr, epoch):
+            return
+        rt.set_qr_state(qr, QrState.PROVISIONING)
+        nodes = _make_nodes(rt, qr)
+    try:
+        _plane_create(rt, nodes[0], None)
+        coordinator = None
+        if len(nodes) > 1 and nodes[0].workers:
+            coordinator = f"{nodes[0].workers[0].ip}:{COORDINATOR_PORT}"
+        rt.parallel(lambda node: _plane_create(rt, node, coordinator), nodes[1:])
+    except Exception as error:
+        log.exception("creating the VMs of %s failed", qr.name)
+        with rt.lock:
+            if rt.alive(qr, epoch):
+                fail(rt, qr, grpc.StatusCode.INTERNAL, f"creating the VMs failed: {error}")
+        return
+    remaining = rt.clock.scaled(rt.config.delays.provisioning) - (rt.clock.monotonic() - started)
+    if not rt.sleep(qr, epoch, remaining, scaled=True):
+        return
+    if not _boot(rt, qr, epoch, nodes):
+        return
+    with rt.lock:
+        if not rt.alive(qr, epoch):
+            return
+        for node in nodes:
+            rt.set_node_state(node, NodeState.READY, Health.HEALTHY)
+        rt.set_qr_state(qr, QrState.ACTIVE)
+
+
+def fail(rt: Runtime, qr: QueuedResourceRecord, code: grpc.StatusCode, message: str) -> None:
+    """The QR FAILED with `code`: its error is set and its capacity released. Under the lock."""
+    qr.error = status_pb2.Status(code=code.value[0], message=message)
+    rt.release(qr)
+    rt.set_qr_state(qr, QrState.FAILED)
+    rt.events.emit("qr.failed", qr=qr.name, detail=message)
+
+
+def _make_nodes(rt: Runtime, qr: QueuedResourceRecord) -> list[NodeRecord]:
+    plan = qr.plan
+    nodes = []
+    now = rt.clock.wall()
+    for index, planned in enumerate(plan.nodes):
+        node = NodeRecord(
+            name=qr.node_names[index],
+            node_id=planned.node_id,
+            parent=plan.parent,
+            qr_name=qr.name,
+            slice_index=index,
+            num_slices=len(plan.nodes),
+            template=copy_message(planned.template),
+            accelerator=plan.accelerator,
+            preemptible=plan.tier in PREEMPTIBLE_TIERS,
+            tier=plan.tier,
+            numeric_id=random.getrandbits(62),
+            create_time=now,
+        )
+        rt.nodes[node.name] = node
+        rt.events.emit("node.state", qr=qr.name, node=node.name, detail="CREATING")
+        nodes.append(node)
+    return nodes
+
+
+def _plane_create(rt: Runtime, node: NodeRecord, coordinator: str | None) -> None:
+    with rt.lock:
+        version = node.metadata_version
+        metadata = node.metadata
+    identity = rt.identity(
+        node_id=node.node_id,
+        node_name=node.name,
+        project=node.parent.split("/")[1],
+        zone=node.parent.split("/")[3],
+        accelerator_type=node.accelerator.accelerator_type,
+        workers=node.accelerator.vms,
+        slice_index=node.slice_index,
+        num_slices=node.num_slices,
+        preemptible=node.preemptible,
+        autocheckpoint=bool(node.template.autocheckpoint_enabled),
+        topology=node.accelerator.topology,
+    )
+    workers = list(rt.plane.create_node(identity, metadata, coordinator=coordinator))
+    with rt.lock:
+        node.workers = sorted(workers, key=lambda w: w.worker)
+        node.in_plane = True
+        stale = node.metadata_version != version
+        metadata = node.metadata
+    if stale:  # UpdateNode changed the metadata while the VMs were being created
+        rt.plane.set_metadata(node.node_id, metadata)
+    rt.events.emit("node.vms", qr=node.qr_name, node=node.name, detail=f"{len(workers)} workers")
+
+
+# ---------------------------------------------------------------------------------- delete
+def delete(
+    rt: Runtime, qr: QueuedResourceRecord, operation: OperationRecord, doomed: list[str]
+) -> None:
+    rt.parallel(lambda node_id: rt.plane.stop_node(node_id, None), doomed)
+    with qr.flow_lock:
+        with rt.lock:
+            nodes = rt.qr_nodes(qr)
+        rt.parallel(lambda node: _plane_delete(rt, node), nodes)
+        rt.plain_sleep(rt.clock.scaled(rt.config.delays.deleting))
+        with rt.lock:
+            for node in nodes:
+                rt.nodes.pop(node.name, None)
+                rt.events.emit("node.deleted", qr=qr.name, node=node.name)
+            rt.release(qr)
+            rt.qrs.pop(qr.name, None)
+            rt.events.emit("qr.deleted", qr=qr.name)
+            rt.operations.finish(operation, empty_pb2.Empty())
+
+
+def delete_node(
+    rt: Runtime, node: NodeRecord, qr: QueuedResourceRecord | None, operation: OperationRecord
+) -> None:
+    """Delete one node; with `qr` (it was PROVISIONING or ACTIVE) the QR loses its resources:
+    its other nodes stop and it is SUSPENDED by the user (state_initiator USER)."""
+    if node.in_plane:
+        rt.plane.stop_node(node.node_id, None)
+    lock = qr.flow_lock if qr is not None else threading.Lock()
+    with lock:
+        _plane_delete(rt, node)
+        rt.plain_sleep(rt.clock.scaled(rt.config.delays.deleting))
+        with rt.lock:
+            rt.nodes.pop(node.name, None)
+            rt.events.emit("node.deleted", qr=node.qr_name, node=node.name)
+            others = rt.qr_nodes(qr)
+        if qr is not None:
+            rt.parallel(lambda other: _plane_stop(rt, other, None), others)
+            with rt.lock:
+                for other in others:
+                    # A sibling being deleted too (another DeleteNode, or the QR) stays
+                    # DELETING: no node leaves DELETING (transitions.NODE_TRANSITIONS).
+                    if other.state != NodeState.DELETING:
+                        rt.set_node_state(other, NodeState.STOPPED)
+            rt.plain_sleep(rt.clock.scaled(rt.config.delays.suspending))
+            with rt.lock:
+                if qr.state == QrState.SUSPENDING:
+                    rt.set_qr_state(qr, QrState.SUSPENDED, Initiator.USER)
+                    rt.release(qr)
+        with rt.lock:
+            rt.operations.finish(operation, empty_pb2.Empty())
+
+
+# ------------------------------------------------------------ reset, maintenance, repair
+def reset(rt: Runtime, qr: QueuedResourceRecord, epoch: int, operation: OperationRecord) -> None:
+    try:
+        with qr.flow_lock:
+            if not restart(rt, qr, epoch, delay=rt.config.delays.reset, why="reset", grace=None):
+                return
+            with rt.lock:
+                rt.operations.finish(operation, qr_proto(qr))
+    finally:
+        with rt.lock:
+            rt.operations.abandon(operation)
+
+
+def restart(
+    rt: Runtime,
+    qr: QueuedResourceRecord,
+    epoch: int,
+    *,
+    delay: float,
+    why: str,
+    grace: float | None,
+    down: Iterable[NodeRecord] = (),
+) -> bool:
+    """Stop every VM of the QR (with `grace`), wait `delay`, boot all; False if superseded.
+
+    The nodes in `down` keep the state their fault gave them (REPAIRING, or READY and
+    UNHEALTHY_MAINTENANCE) instead of RESTARTING."""
+    with rt.lock:
+        if not rt.alive(qr, epoch):
+            return False
+        nodes = rt.qr_nodes(qr)
+        keep = {node.name for node in down}
+        for node in nodes:
+            if node.name not in keep:
+                rt.set_node_state(node, NodeState.RESTARTING)
+    rt.parallel(lambda node: _plane_stop(rt, node, grace), nodes)
+    if not rt.sleep(qr, epoch, delay):
+        return False
+    if not _boot(rt, qr, epoch, nodes):
+        return False
+    with rt.lock:
+        if not rt.alive(qr, epoch):
+            return False
+        for node in nodes:
+            node.maintenance = None
+            rt.set_node_state(node, NodeState.READY, Health.HEALTHY)
+        rt.events.emit("qr.restarted", qr=qr.name, detail=why)
+    return True
+
+
+def maintenance(rt: Runtime, qr: QueuedResourceRecord, epoch: int, node: NodeRecord) -> None:
+    with qr.flow_lock:
+        grace = rt.clock.scaled(rt.config.grace) if node.template.autocheckpoint_enabled else None
+        detail = "no autocheckpoint: kill" if grace is None else f"SIGTERM, grace {grace:.3g}s"
+        rt.events.emit("maintenance.stop", qr=qr.name, node=node.name, detail=detail)
+        if restart(
+            rt,
+            qr,
+            epoch,
+            delay=rt.config.delays.reboot,
+            why="maintenance",
+            grace=grace,
+            down=[node],
+        ):
+            rt.events.emit("maintenance.end", qr=qr.name, node=node.name)
+
+
+def repair(rt: Runtime, qr: QueuedResourceRecord, epoch: int, failed: NodeRecord) -> None:
+    with qr.flow_lock:
+        with rt.lock:
+            if not rt.alive(qr, epoch):
+                return
+            nodes = rt.qr_nodes(qr)
+        rt.parallel(lambda node: _plane_stop(rt, node, None), nodes)
+        if failed.in_plane:
+            rt.plane.replace_disk(failed.node_id)
+        rt.events.emit("slice.replaced", qr=qr.name, node=failed.name, detail="fresh disk")
+        if restart(
+            rt, qr, epoch, delay=rt.config.delays.repair, why="repair", grace=None, down=[failed]
+        ):
+            rt.events.emit("slice.repaired", qr=qr.name, node=failed.name)
+
+
+# --------------------------------------------------------------------------------- preempt
+def preempt(rt: Runtime, qr: QueuedResourceRecord, doomed: list[str]) -> None:
+    """Kill the VMs of a SUSPENDING QR, nodes PREEMPTED, then the QR SUSPENDED by the service."""
+    rt.parallel(lambda node_id: rt.plane.stop_node(node_id, None), doomed)
+    with qr.flow_lock:
+        with rt.lock:
+            if qr.state != QrState.SUSPENDING:
+                return
+            nodes = rt.qr_nodes(qr)
+        rt.parallel(lambda node: _plane_stop(rt, node, None), nodes)
+        with rt.lock:
+            for node in nodes:
+                if node.state != NodeState.DELETING:
+                    rt.set_node_state(node, NodeState.PREEMPTED)
+        rt.plain_sleep(rt.clock.scaled(rt.config.delays.suspending))
+        with rt.lock:
+            if qr.state == QrState.SUSPENDING:
+                rt.set_qr_state(qr, QrState.SUSPENDED, Initiator.SERVICE)
+                rt.release(qr)
+
+
+# -------------------------------------------------------------------------- worker plane
+def _plane_stop(rt: Runtime, node: NodeRecord, grace: float | None) -> None:
+    if node.in_plane:
+        rt.plane.stop_node(node.node_id, grace)
+
+
+def _plane_delete(rt: Runtime, node: NodeRecord) -> None:
+    with rt.lock:
+        present = node.in_plane
+        node.in_plane = False
+    if present:
+        rt.plane.delete_node(node.node_id)
+
+
+def _boot(rt: Runtime, qr: QueuedResourceRecord, epoch: int, nodes: list[NodeRecord]) -> bool:
+    """Boot every VM of `nodes` (runs their startup scripts); False if superseded first."""
+    with rt.lock:
+        if not rt.alive(qr, epoch):
+            return False
+
+    def boot(node: NodeRecord) -> None:
+        if node.in_plane:
+            rt.plane.boot(node.node_id)
+            rt.events.emit("node.boot", qr=qr.name, node=node.name)
+
+    rt.parallel(boot, nodes)
+    return True

@@ -1,0 +1,139 @@
+"""Records → the API's messages: QueuedResource, Node and the long-running Operation."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from google.cloud.tpu_v2alpha1.types import cloud_tpu
+from google.longrunning import operations_pb2
+
+from tpuctl.emulator.records import (
+    Health,
+    NodeRecord,
+    NodeState,
+    OperationRecord,
+    QrState,
+    QueuedResourceRecord,
+)
+
+TPU_RUNTIME_PORT = 8470  # NetworkEndpoint.port on Cloud TPU
+# The QueuedResourceState oneof member each state sets (FAILED carries its error instead).
+_STATE_DATA = {
+    QrState.CREATING: "creating_data",
+    QrState.ACCEPTED: "accepted_data",
+    QrState.PROVISIONING: "provisioning_data",
+    QrState.DELETING: "deleting_data",
+    QrState.ACTIVE: "active_data",
+    QrState.SUSPENDING: "suspending_data",
+    QrState.SUSPENDED: "suspended_data",
+}
+
+T = TypeVar("T")
+
+
+def copy_message(message: T) -> T:
+    """A deep copy of a proto-plus message, so records never share state with callers."""
+    kind: Any = type(message)
+    return kind.deserialize(kind.serialize(message))  # type: ignore[no-any-return]
+
+
+def operation_proto(operation: OperationRecord) -> operations_pb2.Operation:
+    metadata = cloud_tpu.OperationMetadata(
+        create_time=operation.create_time,
+        target=operation.target,
+        verb=operation.verb,
+        status_detail=operation.status_detail,
+        cancel_requested=operation.cancel_requested,
+        api_version="v2alpha1",
+    )
+    if operation.end_time is not None:
+        metadata.end_time = operation.end_time
+    result = operations_pb2.Operation(name=operation.name, done=operation.done)
+    result.metadata.Pack(cloud_tpu.OperationMetadata.pb(metadata))
+    if operation.done and operation.error is not None:
+        result.error.CopyFrom(operation.error)
+    elif operation.done and operation.response is not None:
+        result.response.Pack(operation.response)
+    return result
+
+
+def qr_proto(qr: QueuedResourceRecord) -> cloud_tpu.QueuedResource:
+    result = copy_message(qr.spec)
+    state = cloud_tpu.QueuedResourceState(state=qr.state, state_initiator=qr.initiator)
+    if qr.state == QrState.FAILED:
+        state.failed_data = cloud_tpu.QueuedResourceState.FailedData(error=qr.error)
+    elif qr.state in _STATE_DATA:
+        getattr(cloud_tpu.QueuedResourceState.pb(state), _STATE_DATA[qr.state]).SetInParent()
+    result.state = state
+    return result
+
+
+def node_proto(node: NodeRecord) -> cloud_tpu.Node:
+    result = copy_message(node.template)
+    result.name = node.name
+    result.state = NodeState(node.state)
+    result.health = Health(node.health)
+    result.create_time = node.create_time
+    result.queued_resource = node.qr_name
+    result.multislice_node = node.num_slices > 1
+    result.id = node.numeric_id
+    result.api_version = cloud_tpu.Node.ApiVersion(cloud_tpu.Node.ApiVersion.V2_ALPHA1)
+    accelerator = node.accelerator
+    result.accelerator_type = accelerator.accelerator_type
+    result.accelerator_config = cloud_tpu.AcceleratorConfig(
+        type_=getattr(cloud_tpu.AcceleratorConfig.Type, accelerator.family.config_type),
+        topology=accelerator.topology,
+    )
+    result.network_config = _network_config(node, result.network_config)
+    external = bool(node.template.network_config.enable_external_ips)
+    endpoints = []
+    for worker in node.workers:
+        endpoint = cloud_tpu.NetworkEndpoint(ip_address=worker.ip, port=TPU_RUNTIME_PORT)
+        if external:
+            endpoint.access_config = cloud_tpu.AccessConfig(external_ip=worker.ip)
+        endpoints.append(endpoint)
+    result.network_endpoints = endpoints
+    result.scheduling_config = cloud_tpu.SchedulingConfig(
+        preemptible=node.tier == "best-effort",
+        spot=node.tier == "spot",
+        reserved=node.tier == "guaranteed",
+    )
+    if node.maintenance is not None:
+        result.upcoming_maintenance = node.maintenance
+    return result
+
+
+def _network_config(node: NodeRecord, network: cloud_tpu.NetworkConfig) -> cloud_tpu.NetworkConfig:
+    """The network as sent, with the default network and subnetwork filled in as GCE does."""
+    project = node.parent.split("/")[1]
+    if not network.network:
+        network.network = f"projects/{project}/global/networks/default"
+    if not network.subnetwork:
+        region = node.parent.split("/")[3].rsplit("-", 1)[0]
+        network.subnetwork = f"projects/{project}/regions/{region}/subnetworks/default"
+    return network
+
+
+def guest_attributes(
+    query_path: str, host_keys: list[str | None]
+) -> cloud_tpu.GetGuestAttributesResponse:
+    """The `hostkeys/<algorithm>` guest attributes of the selected workers, in order; None
+    stands for a worker with no host key yet. A query path selects a namespace and key."""
+    namespace, _, key = query_path.strip("/").partition("/")
+    result = []
+    for host_key in host_keys:
+        items = []
+        if host_key:
+            algorithm, _, blob = host_key.partition(" ")
+            blob = blob.split(" ")[0]
+            if namespace in ("", "hostkeys") and key in ("", algorithm):
+                items.append(
+                    cloud_tpu.GuestAttributesEntry(namespace="hostkeys", key=algorithm, value=blob)
+                )
+        result.append(
+            cloud_tpu.GuestAttributes(
+                query_path=query_path,
+                query_value=cloud_tpu.GuestAttributesValue(items=items),
+            )
+        )
+    return cloud_tpu.GetGuestAttributesResponse(guest_attributes=result)

@@ -1,0 +1,82 @@
+"""The emulator's records of queued resources, nodes and long-running operations, and the names
+of their states. Plain data: who may change a state is transitions.py's business."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.cloud.tpu_v2alpha1.types import cloud_tpu
+from google.protobuf.message import Message
+from google.rpc import status_pb2
+
+from tpuctl.emulator.plane import WorkerInfoLike
+from tpuctl.emulator.validation import CreatePlan
+from tpuctl.topology import Accelerator
+
+QrState = cloud_tpu.QueuedResourceState.State
+Initiator = cloud_tpu.QueuedResourceState.StateInitiator
+NodeState = cloud_tpu.Node.State
+Health = cloud_tpu.Node.Health
+
+PREEMPTIBLE_TIERS = ("spot", "best-effort")
+
+
+@dataclass
+class OperationRecord:
+    name: str
+    target: str
+    verb: str
+    create_time: datetime
+    end_time: datetime | None = None
+    done: bool = False
+    response: Message | None = None
+    error: status_pb2.Status | None = None
+    cancel_requested: bool = False
+    status_detail: str = ""
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    node_id: str
+    parent: str
+    qr_name: str
+    slice_index: int
+    num_slices: int
+    template: cloud_tpu.Node  # as sent; metadata, labels, tags, description updated in place
+    accelerator: Accelerator
+    preemptible: bool
+    tier: str
+    numeric_id: int
+    create_time: datetime
+    state: int = NodeState.CREATING  # changed only through transitions.set_node_state
+    health: int = Health.HEALTH_UNSPECIFIED
+    workers: list[WorkerInfoLike] = field(default_factory=list)
+    in_plane: bool = False  # the worker plane holds its VMs
+    metadata_version: int = 0
+    maintenance: cloud_tpu.UpcomingMaintenance | None = None
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.template.metadata)
+
+
+@dataclass
+class QueuedResourceRecord:
+    plan: CreatePlan
+    spec: cloud_tpu.QueuedResource  # as sent, with name and create_time set
+    node_names: list[str]
+    create_time: datetime
+    state: int = QrState.CREATING  # changed only through transitions.set_qr_state
+    initiator: int = Initiator.STATE_INITIATOR_UNSPECIFIED
+    error: status_pb2.Status | None = None
+    # Bumped by every action that supersedes the running flow; see runtime.py.
+    epoch: int = 0
+    delete_operation: str | None = None
+    flow_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
