@@ -15,183 +15,37 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import random
 import socket
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuctl.emulator import metadata as metadata_server
 from tpuctl.emulator import vm
+from tpuctl.emulator.plane_nodes import (
+    NodeIdentity,
+    PlaneNode,
+    PlaneWorker,
+    WorkerInfo,
+    chips_per_vm,
+)
 from tpuctl.errors import NotFoundError
-from tpuctl.topology import AcceleratorError, parse_accelerator
 
 if TYPE_CHECKING:
     import subprocess
 
     import asyncssh
 
-    from tpuctl.emulator import sshd
+# NodeIdentity and WorkerInfo live in plane_nodes.py; tests and scripts/bench import them here.
+__all__ = ["FAULT_MODES", "SSH_SERVERS", "NodeIdentity", "WorkerInfo", "WorkerPlane"]
 
 T = TypeVar("T")
 
 SSH_SERVERS = ("asyncssh", "openssh")
 FAULT_MODES = (None, "hang", "refuse")
 _BIND_ATTEMPTS = 8
-
-
-@dataclass(frozen=True)
-class NodeIdentity:
-    """Who a node is: what its workers' metadata servers report."""
-
-    node_id: str
-    node_name: str
-    project: str
-    zone: str
-    accelerator_type: str
-    workers: int
-    slice_index: int
-    num_slices: int
-    preemptible: bool
-    autocheckpoint: bool
-    topology: str
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    worker: int
-    ip: str
-    host_key: str  # the public host key line, "ssh-ed25519 AAAA..."
-
-
-def _chips_per_vm(accelerator_type: str) -> int:
-    try:
-        return parse_accelerator(accelerator_type).chips_per_vm
-    except AcceleratorError:
-        return 4  # an unknown type still gets devices; 4 is the common TPU VM shape
-
-
-class _Worker:
-    """One emulated TPU VM (implements sshd.SessionHost)."""
-
-    def __init__(self, plane: WorkerPlane, node: _Node, index: int, ip: str) -> None:
-        self.plane = plane
-        self.node = node
-        self.index = index
-        self.ip = ip
-        self.vm_root = plane.state_dir / "vms" / node.identity.node_id / str(index)
-        self.host_key: asyncssh.SSHKey | None = None
-        self.host_key_line = ""
-        self.endpoint: sshd.Endpoint | None = None
-        self.metadata_listener: asyncio.Server | None = None
-        self._tree: tuple[int, metadata_server.MetadataTree] | None = None
-
-    @property
-    def marker(self) -> str:
-        return f"{self.node.identity.node_id}/{self.index}"
-
-    @property
-    def sshd_dir(self) -> Path:
-        return self.plane.state_dir / "sshd" / self.node.identity.node_id / str(self.index)
-
-    def marker_env(self) -> dict[str, str]:
-        """What every process on this VM inherits beyond the login basics."""
-        return {
-            "GCE_METADATA_HOST": f"{self.ip}:{self.plane.metadata_port}",
-            "TPUCTL_VM_ROOT": str(self.vm_root),
-            vm.EMULATOR_MARKER: self.plane.instance_id,
-            vm.WORKER_MARKER: self.marker,
-        }
-
-    def process_env(self, user: str, home: Path) -> dict[str, str]:
-        return {
-            "HOME": str(home),
-            "USER": user,
-            "LOGNAME": user,
-            "SHELL": vm.BASH,
-            "PATH": os.environ.get("PATH", vm.DEFAULT_PATH),
-            "LANG": "C.UTF-8",
-            **self.marker_env(),
-        }
-
-    # sshd.SessionHost
-    def authorized_keys(self, user: str) -> asyncssh.SSHAuthorizedKeys | None:
-        return self.node.authorized_keys(user)
-
-    def session_env(self, user: str) -> tuple[Path, dict[str, str]]:
-        home = self.vm_root / "home" / user
-        home.mkdir(parents=True, exist_ok=True)
-        return home, self.process_env(user, home)
-
-    def metadata_tree(self) -> metadata_server.MetadataTree:
-        version, node = self.node.version, self.node
-        cached = self._tree
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        identity = node.identity
-        view = metadata_server.WorkerView(
-            node_id=identity.node_id,
-            node_name=identity.node_name,
-            project=identity.project,
-            zone=identity.zone,
-            accelerator_type=identity.accelerator_type,
-            topology=identity.topology,
-            preemptible=identity.preemptible,
-            worker=self.index,
-            worker_ips=tuple(worker.ip for worker in node.workers),
-            slice_index=identity.slice_index,
-            num_slices=identity.num_slices,
-            coordinator=node.coordinator_address(),
-        )
-        tree = metadata_server.metadata_tree(view, node.metadata)
-        self._tree = (version, tree)
-        return tree
-
-
-class _Node:
-    def __init__(
-        self, identity: NodeIdentity, metadata: Mapping[str, str], coordinator: str | None
-    ) -> None:
-        self.identity = identity
-        self.coordinator = coordinator
-        self.workers: list[_Worker] = []
-        self.lock = threading.Lock()  # serializes lifecycle operations on this node
-        self.version = 0
-        self.metadata: dict[str, str] = {}
-        self.keys: dict[str, list[str]] = {}
-        self._key_cache: dict[str, asyncssh.SSHAuthorizedKeys] = {}
-        self.deleted = False
-        self.set_metadata(metadata)
-
-    def coordinator_address(self) -> str | None:
-        """MEGASCALE_COORDINATOR_ADDRESS: given for slices ≥ 1; slice 0 is the coordinator."""
-        if self.coordinator is not None or self.identity.num_slices <= 1 or not self.workers:
-            return self.coordinator
-        return f"{self.workers[0].ip}:{metadata_server.COORDINATOR_PORT}"
-
-    def set_metadata(self, metadata: Mapping[str, str]) -> None:
-        from tpuctl.emulator import sshd
-
-        # Replace, never mutate: the loop thread reads these without the node lock.
-        self.keys = sshd.parse_ssh_keys(metadata.get("ssh-keys", ""))
-        self._key_cache = {}
-        self.metadata = dict(metadata)
-        self.version += 1
-
-    def authorized_keys(self, user: str) -> asyncssh.SSHAuthorizedKeys | None:
-        from tpuctl.emulator import sshd
-
-        cache = self._key_cache
-        if user not in cache:
-            lines = self.keys.get(user)
-            if not lines:
-                return None
-            cache[user] = sshd.authorized_keys(lines)
-        return cache[user]
 
 
 class WorkerPlane:
@@ -218,7 +72,7 @@ class WorkerPlane:
         self._octet = random.SystemRandom().randint(16, 239)
         self._next_host = 1  # host 0 (127.a.0.1) holds the port reservations
         self._lock = threading.Lock()
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, PlaneNode] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._reaper: vm.ChildReaper | None = None
@@ -258,17 +112,18 @@ class WorkerPlane:
         self._reaper = vm.ChildReaper(loop)
         self._options = self._call(self._make_options())
         if self.ssh_server == "openssh":
-            from tpuctl.emulator import sshd
+            from tpuctl.emulator import sshd_openssh
 
-            sshd.write_shim_home(self._shim_home)
+            sshd_openssh.write_shim_home(self.shim_home)
 
     async def _make_options(self) -> asyncssh.SSHServerConnectionOptions:
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator import sshd_asyncssh
 
-        return await sshd.server_options()
+        return await sshd_asyncssh.server_options()
 
     @property
-    def _shim_home(self) -> Path:
+    def shim_home(self) -> Path:
+        """HOME of OpenSSH sessions: dot files that move to the worker's own home."""
         return self.state_dir / "sshd" / "shim-home"
 
     @property
@@ -305,18 +160,10 @@ class WorkerPlane:
             for sock in self._reservations:
                 sock.close()
 
-    async def _close_nodes(self, nodes: list[_Node]) -> None:
+    async def _close_nodes(self, nodes: list[PlaneNode]) -> None:
         for node in nodes:
             for worker in node.workers:
-                await self._close_worker(worker)
-
-    async def _close_worker(self, worker: _Worker) -> None:
-        if worker.endpoint is not None:
-            await worker.endpoint.close()
-            worker.endpoint = None
-        if worker.metadata_listener is not None:
-            worker.metadata_listener.close()
-            worker.metadata_listener = None
+                await worker.close_servers()
 
     # -- nodes ---------------------------------------------------------------------------
     def create_node(
@@ -326,7 +173,7 @@ class WorkerPlane:
         self._require_started()
         if identity.workers < 1:
             raise ValueError(f"node {identity.node_id} needs at least one worker")
-        node = _Node(identity, metadata, coordinator)
+        node = PlaneNode(identity, metadata, coordinator)
         with self._lock:
             if identity.node_id in self._nodes:
                 raise ValueError(f"emulated node {identity.node_id} already exists")
@@ -335,9 +182,9 @@ class WorkerPlane:
 
         try:
             with node.lock:
-                chips = _chips_per_vm(identity.accelerator_type)
+                chips = chips_per_vm(identity.accelerator_type)
                 for index in range(identity.workers):
-                    worker = _Worker(self, node, index, self._allocate_ip())
+                    worker = PlaneWorker(self, node, index, self._allocate_ip())
                     worker.host_key, worker.host_key_line = sshd.generate_host_key()
                     vm.remove_tree(worker.vm_root)  # a node id reused after delete
                     vm.create_vm_root(worker.vm_root, chips)
@@ -353,74 +200,34 @@ class WorkerPlane:
             raise
         return [WorkerInfo(w.index, w.ip, w.host_key_line) for w in node.workers]
 
-    async def _start_workers(self, node: _Node) -> None:
+    async def _start_workers(self, node: PlaneNode) -> None:
         if self.ssh_server == "openssh":
             # sshd processes start slowly: bring them up side by side.
             for worker in node.workers:
-                await self._bind_metadata(worker)
-            await asyncio.gather(*(self._start_openssh(worker) for worker in node.workers))
+                await worker.serve_metadata()
+            await asyncio.gather(*(w.serve_openssh(self.shim_home) for w in node.workers))
             return
+        assert self._reaper is not None and self._options is not None
         for worker in node.workers:
             for attempt in range(_BIND_ATTEMPTS):
                 try:
-                    await self._bind_metadata(worker)
-                    await self._start_asyncssh(worker)
+                    await worker.serve_metadata()
+                    await worker.serve_asyncssh(self._options, self._reaper)
                     break
                 except OSError as exc:
                     from tpuctl.emulator import sshd
 
-                    await self._close_worker(worker)
+                    await worker.close_servers()
                     if not sshd.is_address_in_use(exc) or attempt == _BIND_ATTEMPTS - 1:
                         raise
                     worker.ip = self._allocate_ip()  # another emulator holds this address
 
-    async def _bind_metadata(self, worker: _Worker) -> None:
-        worker.metadata_listener = await metadata_server.serve_metadata(
-            worker.ip, self.metadata_port, worker.metadata_tree
-        )
-
-    async def _start_asyncssh(self, worker: _Worker) -> None:
-        from tpuctl.emulator import sshd
-
-        assert self._reaper is not None and self._options is not None
-        assert worker.host_key is not None
-        endpoint = sshd.AsyncSshEndpoint(
-            worker,
-            ip=worker.ip,
-            port=self.ssh_port,
-            host_key=worker.host_key,
-            options=self._options,
-            reaper=self._reaper,
-        )
-        await endpoint.start()
-        worker.endpoint = endpoint
-
-    async def _start_openssh(self, worker: _Worker) -> None:
-        from tpuctl.emulator import sshd
-
-        assert worker.host_key is not None
-        endpoint = sshd.OpenSshEndpoint(
-            ip=worker.ip,
-            port=self.ssh_port,
-            host_key=worker.host_key,
-            workdir=worker.sshd_dir,
-            session_env=worker.marker_env(),
-            shim_home=self._shim_home,
-            homes=worker.vm_root / "home",
-        )
-        endpoint.write_authorized_keys(worker.node.keys)
-        worker.endpoint = endpoint
-        await endpoint.start()
-
     def set_metadata(self, node_id: str, metadata: dict[str, str]) -> None:
         """Replace the node's metadata; new ssh-keys and values apply to the next request."""
-        from tpuctl.emulator import sshd
-
         with self._locked(node_id) as node:
             node.set_metadata(metadata)
             for worker in node.workers:
-                if isinstance(worker.endpoint, sshd.OpenSshEndpoint):
-                    worker.endpoint.write_authorized_keys(node.keys)
+                worker.refresh_authorized_keys()
 
     def boot(self, node_id: str) -> None:
         """One boot of every worker: count it and start the startup script, as the guest agent."""
@@ -452,7 +259,7 @@ class WorkerPlane:
             self._kill(node, grace)
             self._call(self._drop_connections(node))
 
-    def _kill(self, node: _Node, grace: float | None) -> None:
+    def _kill(self, node: PlaneNode, grace: float | None) -> None:
         prefix = node.identity.node_id
 
         def select(marker: str) -> bool:
@@ -460,7 +267,7 @@ class WorkerPlane:
 
         vm.stop_processes(self.instance_id, select, grace)
 
-    async def _drop_connections(self, node: _Node) -> None:
+    async def _drop_connections(self, node: PlaneNode) -> None:
         for worker in node.workers:
             if worker.endpoint is not None:
                 worker.endpoint.drop_connections()
@@ -480,17 +287,14 @@ class WorkerPlane:
 
     def replace_disk(self, node_id: str) -> None:
         """A repaired VM: processes killed, fresh empty VM roots; IPs and host keys stay."""
-        from tpuctl.emulator import sshd
-
         with self._locked(node_id) as node:
             self._kill(node, None)
             self._call(self._drop_connections(node))
-            chips = _chips_per_vm(node.identity.accelerator_type)
+            chips = chips_per_vm(node.identity.accelerator_type)
             for worker in node.workers:
                 vm.remove_tree(worker.vm_root)
                 vm.create_vm_root(worker.vm_root, chips)
-                if isinstance(worker.endpoint, sshd.OpenSshEndpoint):
-                    worker.endpoint.write_authorized_keys(node.keys)
+                worker.refresh_authorized_keys()
 
     def set_ssh_fault(self, node_id: str, worker: int, mode: str | None) -> None:
         """Fault "hang": connections accepted but never answered; "refuse": nothing listens."""
@@ -532,7 +336,7 @@ class WorkerPlane:
         if self._closed:
             raise RuntimeError("WorkerPlane is closed")
 
-    def _node(self, node_id: str) -> _Node:
+    def _node(self, node_id: str) -> PlaneNode:
         self._require_started()
         with self._lock:
             node = self._nodes.get(node_id)
@@ -541,7 +345,7 @@ class WorkerPlane:
         return node
 
     @contextlib.contextmanager
-    def _locked(self, node_id: str) -> Iterator[_Node]:
+    def _locked(self, node_id: str) -> Iterator[PlaneNode]:
         """The node, held against other lifecycle operations; NotFoundError once deleted."""
         node = self._node(node_id)
         with node.lock:
@@ -549,7 +353,7 @@ class WorkerPlane:
                 raise NotFoundError(f"emulated node {node_id!r} does not exist", resource=node_id)
             yield node
 
-    def _worker(self, node_id: str, worker: int) -> _Worker:
+    def _worker(self, node_id: str, worker: int) -> PlaneWorker:
         node = self._node(node_id)
         if not 0 <= worker < len(node.workers):
             raise NotFoundError(
