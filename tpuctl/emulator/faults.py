@@ -1,8 +1,9 @@
-"""Faults, as the admin service and SimulateMaintenanceEvent start them: spot preemption,
-hardware failure of a slice, maintenance (now or scheduled), SSH faults, capacity reclaim.
+"""The faults the admin service and SimulateMaintenanceEvent start, and their preconditions.
 
-Each checks its precondition and changes what must change at once under the lock, then leaves
-the slow part to a flow (flows.py)."""
+Spot preemption, capacity reclaim, hardware failure of a slice, maintenance (now or
+scheduled), SSH faults. Each checks its precondition and changes what must change at once,
+under the lock, then leaves the slow part to a flow (flows.py).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""One node of the worker plane and its worker VMs: identity, metadata and SSH keys, and what a
-session or process on a VM inherits. workers.py runs them; sshd_*.py serve them."""
+"""A node of the worker plane and its worker VMs: identity, metadata, keys and servers.
+
+Also what a session or process on a VM inherits. workers.py (the WorkerPlane) runs them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The emulator's records of queued resources, nodes and long-running operations, and the names
-of their states. Plain data: who may change a state is transitions.py's business."""
+"""Records of the emulator's queued resources, nodes and operations, and their state names.
+
+Plain data: which state changes are allowed, and who makes them, is transitions.py's business.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The control plane's shared core: the records, the one lock over them, and the primitives that
-flows (flows.py) and faults (faults.py) are built from.
+"""The control plane's core: the records, the one lock over them, and the flows' primitives.
+
+flows.py and faults.py are built from these; state.py (CloudTpu) owns one Runtime.
 
 Concurrency model: one lock (`lock`) guards every record. Work that takes time (delays, the
 worker plane) runs in a "flow" thread per action (`spawn`); flows on one queued resource are

@@ -1,5 +1,7 @@
-"""What the emulator's two SSH servers (sshd_asyncssh.py, sshd_openssh.py) share: user names and
-keys from `ssh-keys` metadata, host keys, and the sftp-server they run."""
+"""What the two SSH servers share: users and keys from `ssh-keys`, host keys, sftp-server.
+
+The servers: sshd_asyncssh.py (in-process, the default) and sshd_openssh.py (a real sshd).
+"""
 
 from __future__ import annotations
 

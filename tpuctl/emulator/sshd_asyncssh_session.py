@@ -1,5 +1,7 @@
-"""One session channel of the asyncssh server: a real process with pipes or a pty, signals,
-exit status, and SFTP (OpenSSH's sftp-server as a process, or asyncssh's own)."""
+"""One session channel of the asyncssh server: a real process, its signals and exit status.
+
+Pipes or a pty, and SFTP (OpenSSH's sftp-server as a process, or asyncssh's own).
+"""
 
 from __future__ import annotations
 

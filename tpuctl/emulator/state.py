@@ -1,5 +1,6 @@
-"""The emulated Cloud TPU service behind the gRPC servers: CloudTpu, one method per RPC and per
-admin fault. Thread-safe; service.py and admin_service.py map it onto gRPC.
+"""The emulated Cloud TPU service, CloudTpu: one method per RPC and per admin fault.
+
+Thread-safe; service.py and admin_service.py map it onto gRPC.
 
 Where the rest lives: records.py (the records), transitions.py (which state changes are legal,
 and why), runtime.py (the lock, lookups and flow threads), flows.py (create, provision, delete,

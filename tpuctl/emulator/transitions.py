@@ -1,11 +1,11 @@
 """Which state changes the emulator makes, as tables, and the two setters that apply them.
 
 Every change of a queued resource's or a node's state goes through `set_qr_state` or
-`set_node_state`, which refuse a change the table does not list. Each row says why the change
-happens and which code makes it (module.function; `state` is the CloudTpu facade), so "where
-may a QR go from ACTIVE to SUSPENDING?" is answered here. A QR is born CREATING and a node
-CREATING (records.py); neither table lists a state that leads nowhere: DELETING ends in the
-record being removed, FAILED and SUSPENDED only in DELETING.
+`set_node_state`, which refuse a change their table does not list. Each row says why the
+change happens and which code makes it (module.function; `state` is the CloudTpu facade), so
+"where may a QR go from ACTIVE to SUSPENDING?" is answered here. QRs and nodes are born
+CREATING (records.py); DELETING is final (the record is then removed), and a FAILED or
+SUSPENDED QR can only be deleted.
 """
 
 from __future__ import annotations
