@@ -1,4 +1,11 @@
-"""Shared pytest options and fixtures for the whole suite."""
+"""Shared pytest options and fixtures for the whole suite.
+
+Every test runs in a clean environment (tests.support.AMBIENT unset) that never reaches beyond
+this machine: NO_GCE_CHECK keeps google-auth off the metadata server's link-local address, and
+GCE_METADATA_HOST points any stray metadata request at a closed loopback port. A test that uses
+the session emulator is marked `emulator` automatically, so `pytest -m "not emulator"` is the
+pure unit run.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.fake_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures for every folder)
+from tests.harness import Project, project_in
+from tests.support import AMBIENT, OFFLINE
+
 if TYPE_CHECKING:  # grpc is imported only by sessions that use the emulator
     from tpuctl.emulator.testing import EmulatorProcess
 
 # The session emulator: 20x faster than Cloud TPU, a 60 s autocheckpoint grace (3 s real).
 EMULATOR_SPEED = "20"
 EMULATOR_GRACE = "60s"
+# Fixtures that start (or stand on) the session emulator: a test using one is an emulator test.
+EMULATOR_FIXTURES = frozenset({"emulator", "project", "qr", "tpuctl", "make_job_qr", "make_job"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,6 +36,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="Rewrite golden files under tests/golden/ from the current output.",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if EMULATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.emulator)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in AMBIENT:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in OFFLINE.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture
@@ -47,3 +74,15 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProce
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def project(
+    emulator: EmulatorProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Project]:
+    """This test's own project in the session emulator (tests/harness.py), its environment
+    set for in-process library calls too; whatever it leaves is deleted afterwards."""
+    with project_in(emulator, tmp_path) as made:
+        for name, value in made.env.items():
+            monkeypatch.setenv(name, value)
+        yield made

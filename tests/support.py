@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from click.testing import CliRunner
 
-from tpuctl.cli.main import _wants_json, run
+from tpuctl.cli.main import run
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -44,7 +44,18 @@ AMBIENT = (
     "GCE_METADATA_HOST",
     "STORAGE_EMULATOR_HOST",
     "NO_COLOR",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "CLOUDSDK_CONFIG",
+    "CLOUDSDK_ACTIVE_CONFIG_NAME",
 )
+# Set for every test and every child: nothing may reach beyond this machine. google-auth with
+# no credentials would probe the GCE metadata server at its link-local address; NO_GCE_CHECK
+# stops that, and the metadata host points at a loopback port nothing listens on (discard).
+OFFLINE = {
+    "NO_GCE_CHECK": "true",
+    "GCE_METADATA_HOST": "127.0.0.1:9",
+    "GCE_METADATA_IP": "127.0.0.1:9",
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ def invoke(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> 
     runner = CliRunner()
     with runner.isolation(env=env) as streams:
         try:
-            code = run(argv, as_json=_wants_json(argv), debug="--debug" in argv)
+            code = run(argv)
         except SystemExit as done:
             code = int(done.code or 0)
         sys.stdout.flush()  # the isolated streams are buffered text wrappers
@@ -79,6 +90,7 @@ def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     test on PYTHONPATH (even without the editable install), then `extra`."""
     environ = {k: v for k, v in os.environ.items() if k not in AMBIENT}
     environ["PYTHONPATH"] = str(REPO)
+    environ.update(OFFLINE)
     environ.update(extra or {})
     return environ
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import ClassVar
 
+from tpuctl.envelope import Result
 from tpuctl.spec.model import Spec
 from tpuctl.topology import Accelerator, from_type_topology, mesh_product, parse_accelerator
 
@@ -73,9 +75,10 @@ class CheckpointPlan:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Result):
     """Everything `tpuctl plan` reports; JSON-friendly (ints, floats, strings, dicts)."""
 
+    KIND: ClassVar[str] = "Plan"
     name: str
     accelerator: str
     generation: str

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import AMBIENT, Outcome, child_environment, invoke
+from tests.support import Outcome, child_environment, invoke
 
 VALID_SPEC = """\
 apiVersion: tpuctl/v1
@@ -30,12 +30,6 @@ job:
 WriteSpec = Callable[..., Path]
 InvokeCli = Callable[..., Outcome]
 SpawnCli = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in AMBIENT:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -178,7 +178,7 @@ def test_sigint_exits_130(tmp_path: Path) -> None:
     assert process.returncode == 130
     assert stdout == ""
     # click prints a newline first (to end a line a person may be typing), then the boundary's.
-    assert stderr.strip() == "interrupted"
+    assert stderr.strip() == "error: interrupted"
     assert "Traceback" not in stderr
 
 

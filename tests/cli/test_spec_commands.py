@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tpuctl.cli.spec_commands import offline_project_zone
+from tpuctl.cloud.resolve import offline_location
 
 Cli = Callable[..., Any]
 WriteSpec = Callable[..., Path]
@@ -125,12 +125,23 @@ def test_validate_valid(cli: Cli, write_spec: WriteSpec) -> None:
 def test_validate_json(cli: Cli, write_spec: WriteSpec) -> None:
     outcome = cli(["validate", str(write_spec()), "--format", "json"])
     assert outcome.exit_code == 0
-    assert json.loads(outcome.stdout) == {"valid": True, "name": "demo", "warnings": []}
+    assert json.loads(outcome.stdout) == {
+        "apiVersion": "tpuctl/v1",
+        "kind": "Validation",
+        "valid": True,
+        "name": "demo",
+        "source": str(write_spec()),
+        "accelerator": "v4-16",
+        "slices": 2,
+        "tier": "spot",
+        "warnings": [],
+    }
 
 
 def test_validate_yaml(cli: Cli, write_spec: WriteSpec) -> None:
     outcome = cli(["--format", "yaml", "validate", str(write_spec())])
-    assert yaml.safe_load(outcome.stdout) == {"valid": True, "name": "demo", "warnings": []}
+    document = yaml.safe_load(outcome.stdout)
+    assert (document["kind"], document["valid"], document["name"]) == ("Validation", True, "demo")
 
 
 def test_validate_warnings_go_to_stderr(cli: Cli, write_spec: WriteSpec) -> None:
@@ -184,12 +195,18 @@ def test_render_request_default(cli: Cli, write_spec: WriteSpec) -> None:
             "json",
         ]
     )
-    assert json.loads(as_json.stdout) == request
+    document = json.loads(as_json.stdout)
+    assert (document["apiVersion"], document["kind"], document["what"]) == (
+        "tpuctl/v1",
+        "Render",
+        "request",
+    )
+    assert document["request"] == request
 
 
 def test_render_request_yaml(cli: Cli, write_spec: WriteSpec) -> None:
     args = ["render", str(write_spec()), "--project", "p", "--zone", "z", "--format", "yaml"]
-    assert yaml.safe_load(cli(args).stdout)["parent"] == "projects/p/locations/z"
+    assert yaml.safe_load(cli(args).stdout)["request"]["parent"] == "projects/p/locations/z"
 
 
 def test_render_startup_script_raw_and_json(cli: Cli, write_spec: WriteSpec) -> None:
@@ -200,7 +217,7 @@ def test_render_startup_script_raw_and_json(cli: Cli, write_spec: WriteSpec) -> 
     assert "python3 train.py" in raw.stdout
     assert raw.stderr == ""  # no project or zone is needed, so no placeholder warning
     wrapped = cli(["render", spec, "--what", "startup-script", "--format", "json"])
-    assert json.loads(wrapped.stdout) == {"startup_script": raw.stdout}
+    assert json.loads(wrapped.stdout)["startup_script"] == raw.stdout
 
 
 def test_render_gcloud_raw_and_json(cli: Cli, write_spec: WriteSpec) -> None:
@@ -257,10 +274,10 @@ def plain_text_with(extra: str) -> str:
 
 
 def test_offline_project_zone_pure() -> None:
-    project, zone, warnings = offline_project_zone(
-        flag_project=None, flag_zone="fz", spec_project=None, spec_zone="sz", environ={}
+    location, warnings = offline_location(
+        project_flag=None, zone_flag="fz", spec_project=None, spec_zone="sz", environ={}
     )
-    assert (project, zone) == ("PROJECT_ID", "fz")
+    assert (location.project, location.zone) == ("PROJECT_ID", "fz")
     assert len(warnings) == 1 and "PROJECT_ID" in warnings[0]
 
 
@@ -269,8 +286,8 @@ def test_plan_table(cli: Cli, write_spec: WriteSpec) -> None:
     assert outcome.exit_code == 0, outcome.stderr
     out = outcome.stdout
     assert "demo: 2× v4-16" in out
-    assert re.search(r"VMs \(hosts\)\s*│\s*2\s*│\s*4", out), out
-    assert re.search(r"chips\s*│\s*8\s*│\s*16", out), out
+    assert re.search(r"VMs \(hosts\)\s+2\s+4\n", out), out
+    assert re.search(r"chips\s+8\s+16\n", out), out
     assert "ici: fsdp 8 = 8, chips per slice = 8: ok" in out
     assert "176,000 tokens" in out
     assert "Daly:" in out

@@ -7,19 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-pytestmark = pytest.mark.emulator
+from tests.harness import Project
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ci-example.sh"
-Cloud = Any  # tests/cloud/conftest.py
 
 
-def ci(cloud: Cloud, spec: Path) -> subprocess.CompletedProcess[str]:
-    env = {**cloud.child_env(), "TPUCTL": f"{sys.executable} -m tpuctl"}
+def ci(project: Project, spec: Path) -> subprocess.CompletedProcess[str]:
+    env = {**project.child_env(), "TPUCTL": f"{sys.executable} -m tpuctl"}
     return subprocess.run(
         ["bash", str(SCRIPT), str(spec)],
-        cwd=cloud.tmp_path,
+        cwd=project.tmp_path,
         env=env,
         capture_output=True,
         text=True,
@@ -28,18 +25,20 @@ def ci(cloud: Cloud, spec: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_ci_example_succeeds_and_cleans_up(cloud: Cloud) -> None:
-    spec = cloud.spec()
-    done = ci(cloud, spec)
+def test_ci_example_succeeds_and_cleans_up(project: Project) -> None:
+    spec = project.spec()
+    done = ci(project, spec)
     assert done.returncode == 0, done.stderr
     assert "ACTIVE with 1 worker(s)" in done.stderr
     assert done.stderr.rstrip().endswith("ok")
-    assert cloud.qr_names() == []
+    assert project.qr_names() == []
 
 
-def test_ci_example_reports_a_queue_deadline_with_exit_4(cloud: Cloud, no_v4_capacity: Any) -> None:
-    spec = cloud.spec(extra="deadlines:\n  queue: 1s\n")
-    done = ci(cloud, spec)
+def test_ci_example_reports_a_queue_deadline_with_exit_4(
+    project: Project, no_v4_capacity: Any
+) -> None:
+    spec = project.spec(extra="deadlines:\n  queue: 1s\n")
+    done = ci(project, spec)
     assert done.returncode == 4, done.stderr
     assert "no capacity within the deadline" in done.stderr
-    assert cloud.qr_names() == []
+    assert project.qr_names() == []

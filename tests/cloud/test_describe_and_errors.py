@@ -70,27 +70,27 @@ def test_status_summary_has_slices_nodes_and_workers() -> None:
     qr = make_qr()
     nodes = {"job-0": make_node("job-0", minutes_ago=5), "job-1": make_node("job-1", minutes_ago=4)}
     summary = describe.queued_resource_summary(qr, project="p", zone="z", nodes=nodes, now=NOW)
-    assert summary["state"] == "ACTIVE"
-    assert summary["tier"] == "spot"
-    assert summary["slices"] == 2
-    assert summary["managed_by_tpuctl"] is True
-    assert summary["spec_hash"] == "abc123"
-    assert summary["state_since_source"] == "last_node_create_time"
-    assert summary["in_state_seconds"] == 240.0
-    assert [n["name"] for n in summary["nodes"]] == ["job-0", "job-1"]
-    assert summary["nodes"][0]["workers"] == [
+    assert summary.state == "ACTIVE"
+    assert summary.tier == "spot"
+    assert summary.slices == 2
+    assert summary.managed_by_tpuctl is True
+    assert summary.spec_hash == "abc123"
+    assert summary.state_since_source == "last_node_create_time"
+    assert summary.in_state_seconds == 240.0
+    assert [n.name for n in summary.nodes] == ["job-0", "job-1"]
+    assert summary.to_dict()["nodes"][0]["workers"] == [
         {"worker": 0, "internal_ip": "10.0.0.0", "external_ip": "34.0.0.0"},
         {"worker": 1, "internal_ip": "10.0.0.1", "external_ip": None},
     ]
-    assert summary["failure"] is None
+    assert summary.failure is None
 
 
 def test_waiting_qr_counts_time_from_create_and_lists_missing_nodes() -> None:
     qr = make_qr(state="WAITING_FOR_RESOURCES")
     summary = describe.queued_resource_summary(qr, project="p", zone="z", now=NOW)
-    assert summary["state_since_source"] == "create_time"
-    assert summary["in_state_seconds"] == 600.0
-    assert [n["state"] for n in summary["nodes"]] == [None, None]
+    assert summary.state_since_source == "create_time"
+    assert summary.in_state_seconds == 600.0
+    assert [n.state for n in summary.nodes] == [None, None]
 
 
 def test_failure_reason_and_initiator() -> None:
@@ -102,7 +102,7 @@ def test_failure_reason_and_initiator() -> None:
     suspended = make_qr(state="SUSPENDED")
     suspended.state.state_initiator = tpu.QueuedResourceState.StateInitiator.SERVICE
     summary = describe.queued_resource_summary(suspended, project="p", zone="z", now=NOW)
-    assert summary["state_initiator"] == "SERVICE"
+    assert summary.state_initiator == "SERVICE"
 
 
 def test_differences_name_each_changed_field() -> None:

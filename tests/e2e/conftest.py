@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.support import AMBIENT, Outcome, child_environment, invoke, wait_for
+from tests.harness import Project
+from tests.support import AMBIENT, Outcome, invoke, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_TRAIN = REPO / "scripts" / "toy_train.py"
-ZONE = "us-central2-b"
-USER = "tester"
 # `tpuctl up` flags that make the babysitter react within a second on the sped-up emulator.
 FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--failure-confirm", "1")
 
@@ -29,13 +28,12 @@ FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--failure-confirm", "1")
 class Job:
     """One spec for the toy trainer and everything a test needs to look at its run."""
 
+    project: Project
     name: str
     spec: Path
     checkpoint_dir: Path
     steps: int
     trainer_args: list[str]
-    env: dict[str, str]
-    state_dir: Path
     slices: int
     up_process: subprocess.Popen[str] | None = None
     up_log: Path | None = None
@@ -43,15 +41,23 @@ class Job:
 
     # -------------------------------------------------------------- tpuctl
 
+    @property
+    def env(self) -> dict[str, str]:
+        return self.project.env
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.project.emulator.state_dir)
+
     def cli(self, *args: str) -> Outcome:
         """tpuctl in-process through main.run's error boundary."""
-        return self.cli_env(self.env, *args)
+        return self.project.cli(*args)
 
     def cli_env(self, env: Mapping[str, str], *args: str) -> Outcome:
         return invoke(args, dict(env))
 
     def child_env(self) -> dict[str, str]:
-        return child_environment(self.env)
+        return self.project.child_env()
 
     def start_up(self, *extra: str) -> subprocess.Popen[str]:
         """`tpuctl up SPEC` as a real process (stdout and stderr to one log file)."""
@@ -97,8 +103,8 @@ class Job:
         )
 
     def journal(self) -> list[Any]:
-        from tpuctl.resume.journal import Journal
         from tpuctl.spec.load import load_spec
+        from tpuctl.storage.journal import Journal
 
         return list(Journal(load_spec(str(self.spec)).spec).entries())
 
@@ -119,11 +125,7 @@ class Job:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def qr_exists(self) -> bool:
-        from tpuctl.cloud.client import connect
-        from tpuctl.cloud.resolve import Location
-
-        api = connect(Location(self.env["TPUCTL_PROJECT"], ZONE), environ=self.env)
-        return api.find_queued_resource(self.name) is not None
+        return self.project.qr_exists(self.name)
 
     def uninterrupted_final(self, tmp_path: Path) -> bytes:
         """final.json of the same trainer run start to end on this machine, never disturbed."""
@@ -139,25 +141,9 @@ class Job:
 
 
 @pytest.fixture
-def make_job(
-    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., Job]]:
+def make_job(project: Project) -> Iterator[Callable[..., Job]]:
     """make_job(steps=…, autocheckpoint=…, …) → a Job with its spec written under tmp_path."""
-    for name in AMBIENT:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("USER", USER)
-    project = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = {
-        **emulator.environment(),
-        "TPUCTL_PROJECT": project,
-        "TPUCTL_ZONE": ZONE,
-        "TPUCTL_API_RETRY_SECONDS": "20",
-        "HOME": str(home),
-        "USER": USER,
-    }
+    tmp_path = project.tmp_path
     made: list[Job] = []
 
     def make(
@@ -205,13 +191,12 @@ recovery:
             encoding="utf-8",
         )
         job = Job(
+            project=project,
             name=name,
             spec=spec,
             checkpoint_dir=checkpoint_dir,
             steps=steps,
             trainer_args=trainer,
-            env=env,
-            state_dir=Path(emulator.state_dir),
             slices=slices,
         )
         made.append(job)
@@ -222,5 +207,4 @@ recovery:
         if job.up_process is not None and job.up_process.poll() is None:
             job.up_process.kill()
             job.up_process.wait()
-        if job.qr_exists():
-            job.cli("delete", job.name, "--force", "--yes", "--async", "--ignore-missing")
+        # Whatever is left is deleted with the project.

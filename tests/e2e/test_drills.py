@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.cli.test_output_contract import check
 from tests.e2e.conftest import Job
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
@@ -24,6 +25,7 @@ def _drill(job: Job, *args: str) -> dict[str, object]:
     outcome = job.cli("drill", str(job.spec), "--format", "json", "--timeout", "90", *args)
     assert outcome.exit_code == 0, outcome.stdout + outcome.stderr
     report: dict[str, object] = outcome.json()
+    check(report, "drill")
     return report
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tpuctl.resume.logs import compile_step_pattern, parse_log
-from tpuctl.resume.report import build_report, checkpoint_step_seconds
+from tpuctl.jobs.report import build_report, checkpoint_step_seconds
+from tpuctl.storage.logs import compile_step_pattern, parse_log
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_output_contract import check
 from tests.e2e.conftest import Job
 from tests.support import wait_for
 
@@ -46,6 +47,7 @@ def test_preemption_is_recovered_and_the_result_is_the_uninterrupted_one(
     outcome = job.cli("report", str(job.spec), "--format", "json")
     assert outcome.exit_code == 0, outcome.stderr
     report = outcome.json()
+    check(report, "report")
     assert report["status"] == "done"
     assert [d["kind"] for d in report["disruptions"]] == ["preemption"]
     disruption = report["disruptions"][0]

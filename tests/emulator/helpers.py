@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
+
+from tests.support import wait_for
 
 ZONE = "us-central2-b"
 QrState = cloud_tpu.QueuedResourceState.State
@@ -86,14 +87,8 @@ def qr_request(
 def wait_until(
     probe: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.05
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    """tests.support.wait_for with the arguments in this folder's order."""
+    return wait_for(probe, timeout, what, interval)
 
 
 def wait_state(client: Any, name: str, state: int, timeout: float = 30.0) -> Any:

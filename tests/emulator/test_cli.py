@@ -94,7 +94,7 @@ def test_admin_commands(
     assert status["host"] == emulator.host and "v4" in status["capacity"]
 
     code, out, _ = _run(["emulator", "capacity", "v6e=100", "--format", "json"], capsys)
-    assert code == 0 and json.loads(out)["v6e"]["total"] == 100
+    assert code == 0 and json.loads(out)["pools"]["v6e"]["total"] == 100
     code, out, _ = _run(["emulator", "capacity", "v6e=16384"], capsys)
     assert code == 0 and "v6e" in out
 

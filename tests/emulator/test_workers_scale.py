@@ -14,6 +14,7 @@ import pytest
 
 from tests.emulator import workers_helpers
 from tests.emulator.workers_helpers import identity, new_key
+from tests.support import child_environment
 from tpuctl.emulator import vm
 from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
 
@@ -63,6 +64,7 @@ def test_1024_workers_run_true_over_ssh(tmp_path: Path) -> None:
         completed = subprocess.run(
             [sys.executable, workers_helpers.__file__],
             input=json.dumps(request),
+            env=child_environment(),
             capture_output=True,
             text=True,
             timeout=240,

@@ -6,12 +6,12 @@ import asyncio
 import http.client
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import asyncssh
 
+from tests.support import wait_for  # noqa: F401  (re-exported for this folder)
 from tpuctl.emulator.workers import NodeIdentity, WorkerInfo, WorkerPlane
 
 
@@ -100,15 +100,6 @@ def metadata_get(ip: str, port: int, path: str, *, flavor: bool = True) -> tuple
         return response.status, response.read().decode()
     finally:
         connection.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def alive(pid: int) -> bool:

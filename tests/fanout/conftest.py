@@ -1,5 +1,5 @@
-"""Fixtures for fan-out tests: a multislice QR in the shared emulator, tpuctl in-process, and
-a private HOME (~/.ssh) per test."""
+"""Fixtures for fan-out tests: a multislice QR in the shared emulator for each test module,
+and tpuctl in-process in that QR's project with a private HOME (~/.ssh) per test."""
 
 from __future__ import annotations
 
@@ -9,24 +9,22 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import QR, USER, Tpuctl, create_qr, delete_qr
-from tests.support import AMBIENT
+from tests.harness import QR, Project, project_in
 
 
 @pytest.fixture(scope="module")
-def qr(emulator: Any) -> Iterator[QR]:
+def qr(emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QR]:
     """Two v4-16 slices: 4 workers, shared by a test module (tests restore any fault)."""
-    created = create_qr(emulator)
-    yield created
-    delete_qr(emulator, created)
+    with project_in(emulator, tmp_path_factory.mktemp("fanout")) as owner:
+        yield owner.create_qr(accelerator="v4-16", slices=2)
 
 
 @pytest.fixture
-def tpuctl(emulator: Any, qr: QR, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tpuctl:
-    for name in AMBIENT:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("USER", USER)
-    return Tpuctl(emulator, home, qr.project)
+def tpuctl(
+    emulator: Any, qr: QR, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Project]:
+    """tpuctl in the module QR's project, with this test's own HOME."""
+    project = Project(emulator, tmp_path, qr.project)
+    for name, value in project.env.items():
+        monkeypatch.setenv(name, value)
+    yield project

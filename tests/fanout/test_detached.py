@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from tests.fanout.helpers import QR, Tpuctl, by_label, pid_alive
+from tests.fanout.helpers import pid_alive
+from tests.harness import QR, Project, by_label
 from tests.support import wait_for
 
 SPAWNS_A_CHILD = "sleep 300 & echo $! > child.pid; echo started $TPUCTL_EMULATED_WORKER; wait"
 
 
-def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Tpuctl, qr: QR) -> None:
+def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Project, qr: QR) -> None:
     started = tpuctl("ssh", qr.name, "--detach", "--format", "json", "--", SPAWNS_A_CHILD)
     assert started.exit_code == 0, started.stderr
     data = started.json()
-    run_id = data["summary"]["run_id"]
+    run_id = data["run"]
     pids = {label: row["detail"]["pid"] for label, row in by_label(started).items()}
     assert set(pids) == set(qr.labels()) and all(pids.values())
     homes = {f"{s}/{w}": qr.home(s, w) for s in range(2) for w in range(qr.workers_per_node)}
@@ -46,12 +47,12 @@ def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Tpuctl, qr: QR) -> 
     assert states <= {"exited", "stopped"}, states
 
 
-def test_exit_status_of_a_finished_run_is_reported(tpuctl: Tpuctl, qr: QR) -> None:
+def test_exit_status_of_a_finished_run_is_reported(tpuctl: Project, qr: QR) -> None:
     started = tpuctl(
         "ssh", qr.name, "--worker", "0", "--detach", "--format", "json", "--", "exit 5"
     )
     assert started.exit_code == 0, started.stderr
-    run_id = started.json()["summary"]["run_id"]
+    run_id = started.json()["run"]
 
     def finished() -> bool:
         ps = tpuctl("ps", qr.name, "--worker", "0", "--run", run_id, "--format", "json")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import QR, Tpuctl, by_label
+from tests.harness import QR, Project, by_label
 from tests.support import python_with_default_sigint, wait_for
 
 
@@ -23,7 +23,7 @@ def ssh_fault(emulator: Any, qr: QR, slice_index: int, worker: int, mode: str) -
 
 
 def test_unreachable_worker_gives_exit_10_without_holding_up_the_rest(
-    tpuctl: Tpuctl, qr: QR, emulator: Any
+    tpuctl: Project, qr: QR, emulator: Any
 ) -> None:
     with ssh_fault(emulator, qr, 0, 1, "refuse"):
         out = tpuctl("ssh", qr.name, "--format", "json", "--", "echo ran")
@@ -35,7 +35,7 @@ def test_unreachable_worker_gives_exit_10_without_holding_up_the_rest(
 
 
 def test_hanging_worker_hits_the_connect_timeout_exit_4(
-    tpuctl: Tpuctl, qr: QR, emulator: Any
+    tpuctl: Project, qr: QR, emulator: Any
 ) -> None:
     with ssh_fault(emulator, qr, 1, 0, "hang"):
         began = time.monotonic()
@@ -48,23 +48,26 @@ def test_hanging_worker_hits_the_connect_timeout_exit_4(
     assert took < 8
 
 
-def test_hanging_command_hits_timeout_exit_4(tpuctl: Tpuctl, qr: QR) -> None:
+def test_hanging_command_hits_timeout_exit_4(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--worker", "0", "--timeout", "1", "--", "sleep 30")
     assert out.exit_code == 4, out.stderr
     assert "TIMEOUT" in out.stdout
 
 
-def _prepare(tpuctl: Tpuctl, qr: QR, **settings: Any) -> Any:
+def _prepare(tpuctl: Project, qr: QR, **settings: Any) -> Any:
     from tpuctl.cloud.client import connect
     from tpuctl.cloud.resolve import Location
-    from tpuctl.fanout.operations import SshSettings, prepare_fleet
+    from tpuctl.fanout.operations import SshSettings
+    from tpuctl.jobs.fleet import prepare_fleet
 
     api = connect(Location(qr.project, "us-central2-b"), environ=tpuctl.env)
     port = int(tpuctl.env["TPUCTL_SSH_PORT"])
     return prepare_fleet(api, qr.name, SshSettings(user="tester", ssh_port=port, **settings))
 
 
-def test_dropped_connection_after_start_is_not_rerun(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+def test_dropped_connection_after_start_is_not_rerun(
+    tpuctl: Project, qr: QR, emulator: Any
+) -> None:
     from dataclasses import replace
 
     from tpuctl.fanout.engine import FanoutOptions, run_fanout
@@ -98,7 +101,7 @@ def test_dropped_connection_after_start_is_not_rerun(tpuctl: Tpuctl, qr: QR, emu
     assert counter.read_text() == "run\n"
 
 
-def test_host_key_mismatch_is_refused(tpuctl: Tpuctl, qr: QR) -> None:
+def test_host_key_mismatch_is_refused(tpuctl: Project, qr: QR) -> None:
     import asyncssh
 
     from tpuctl.fanout.engine import run_fanout
@@ -114,7 +117,7 @@ def test_host_key_mismatch_is_refused(tpuctl: Tpuctl, qr: QR) -> None:
     assert int(result.exit_code) == 8
 
 
-def test_strict_host_key_checking_no_warns_on_stderr(tpuctl: Tpuctl, qr: QR) -> None:
+def test_strict_host_key_checking_no_warns_on_stderr(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--strict-host-key-checking", "no", "--", "true")
     assert out.exit_code == 0, out.stderr
     assert "NOT checked" in out.stderr
@@ -122,7 +125,7 @@ def test_strict_host_key_checking_no_warns_on_stderr(tpuctl: Tpuctl, qr: QR) -> 
 
 @pytest.mark.parametrize("batch_size", ["1"])
 def test_long_command_on_more_workers_than_batch_size_starts_everywhere(
-    tpuctl: Tpuctl, qr: QR, batch_size: str
+    tpuctl: Project, qr: QR, batch_size: str
 ) -> None:
     """gcloud joins each batch before the next: `sleep` on more workers than --batch-size never
     starts on the rest. Here every worker starts while the others still run; then Ctrl-C."""

@@ -5,37 +5,30 @@ sshd logs in only users that exist here, so the SSH user is the current OS user.
 
 from __future__ import annotations
 
-import getpass
-import uuid
+import os
+import pwd
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.fanout.helpers import Tpuctl, by_label, create_qr
-from tests.support import AMBIENT
+from tests.harness import Project, by_label
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
 
 
 class _InProcess:
-    """What create_qr/Tpuctl need from an emulator, for one running in this process."""
+    """What the harness needs from an emulator, for one running in this process."""
 
     def __init__(self, emulator: Any) -> None:
-        self._emulator = emulator
         self.host = emulator.host
         self.ssh_port = emulator.ssh_port
         self.state_dir = emulator.state_dir
 
-    def tpu_client(self) -> Any:
-        import grpc
-        from google.cloud import tpu_v2alpha1
-        from google.cloud.tpu_v2alpha1.services.tpu.transports import TpuGrpcTransport
-
-        channel = grpc.insecure_channel(self.host)
-        return tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
+    def environment(self) -> dict[str, str]:
+        return {"TPU_EMULATOR_HOST": self.host, "TPUCTL_SSH_PORT": str(self.ssh_port)}
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +45,11 @@ def openssh_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_InPr
 def test_commands_and_exit_codes_through_openssh(
     openssh_emulator: _InProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in AMBIENT:
-        monkeypatch.delenv(name, raising=False)
-    qr = create_qr(
-        openssh_emulator, accelerator="v4-16", slices=1, project=f"ossh-{uuid.uuid4().hex[:6]}"
-    )
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    tpuctl = Tpuctl(openssh_emulator, home, qr.project)
-    user = getpass.getuser()
+    tpuctl = Project(openssh_emulator, tmp_path)
+    for name, value in tpuctl.env.items():
+        monkeypatch.setenv(name, value)
+    qr = tpuctl.create_qr(accelerator="v4-16", slices=1)
+    user = pwd.getpwuid(os.getuid()).pw_name  # sshd knows OS users only ($USER is set)
     out = tpuctl(
         "ssh", qr.name, "--user", user, "--format", "json", "--",
         'echo "on $TPUCTL_EMULATED_WORKER"; case $TPUCTL_EMULATED_WORKER in */1) exit 4;; esac',

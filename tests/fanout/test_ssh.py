@@ -5,10 +5,10 @@ from __future__ import annotations
 import stat
 from typing import Any
 
-from tests.fanout.helpers import QR, Tpuctl, by_label
+from tests.harness import QR, Project, by_label
 
 
-def test_every_worker_of_a_multislice_qr_runs_the_command(tpuctl: Tpuctl, qr: QR) -> None:
+def test_every_worker_of_a_multislice_qr_runs_the_command(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--", "echo hello from $TPUCTL_EMULATED_WORKER")
     assert out.exit_code == 0, out.stderr
     for slice_index, node_id in enumerate(qr.node_ids):
@@ -21,7 +21,7 @@ def test_every_worker_of_a_multislice_qr_runs_the_command(tpuctl: Tpuctl, qr: QR
     assert (key.parent / "google_compute_engine.pub").read_text().startswith("ssh-ed25519 ")
 
 
-def test_json_result_has_one_entry_per_worker(tpuctl: Tpuctl, qr: QR) -> None:
+def test_json_result_has_one_entry_per_worker(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--format", "json", "--", "echo out; echo err >&2; exit 0")
     assert out.exit_code == 0, out.stderr
     data: dict[str, Any] = out.json()
@@ -41,7 +41,7 @@ def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
     return f"if {test}; then echo boom >&2; exit {code}; fi; echo fine"
 
 
-def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Tpuctl, qr: QR) -> None:
+def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--", _fail_on(qr, 1, 1, 7))
     assert out.exit_code == 3, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("1/1 "))
@@ -52,7 +52,7 @@ def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Tpuctl, qr
     assert all(healthy[label]["status"] == "ok" for label in qr.labels() if label != "1/1")
 
 
-def test_selectors_pick_slices_and_workers(tpuctl: Tpuctl, qr: QR) -> None:
+def test_selectors_pick_slices_and_workers(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--node", "1", "--worker", "0", "--format", "json", "--", "true")
     assert out.exit_code == 0, out.stderr
     assert list(by_label(out)) == ["1/0"]
@@ -60,7 +60,7 @@ def test_selectors_pick_slices_and_workers(tpuctl: Tpuctl, qr: QR) -> None:
     assert bad.exit_code == 2 and "no worker 5" in bad.stderr
 
 
-def test_output_dir_writes_one_file_per_node_and_worker(tpuctl: Tpuctl, qr: QR) -> None:
+def test_output_dir_writes_one_file_per_node_and_worker(tpuctl: Project, qr: QR) -> None:
     target = tpuctl.home / "out"
     out = tpuctl("ssh", qr.name, "--output-dir", str(target), "--", "echo $TPUCTL_EMULATED_WORKER")
     assert out.exit_code == 0, out.stderr
@@ -71,7 +71,7 @@ def test_output_dir_writes_one_file_per_node_and_worker(tpuctl: Tpuctl, qr: QR) 
     assert "[0/0]" not in out.stdout  # the files got it, not the terminal
 
 
-def test_key_is_published_once_in_ssh_keys_metadata(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+def test_key_is_published_once_in_ssh_keys_metadata(tpuctl: Project, qr: QR, emulator: Any) -> None:
     assert tpuctl("ssh", qr.name, "--", "true").exit_code == 0
     assert tpuctl("ssh", qr.name, "--", "true").exit_code == 0
     public = (tpuctl.home / ".ssh" / "google_compute_engine.pub").read_text().split()
@@ -84,7 +84,7 @@ def test_key_is_published_once_in_ssh_keys_metadata(tpuctl: Tpuctl, qr: QR, emul
         assert lines.count(f"tester:{public[0]} {public[1]} tester") == 1
 
 
-def test_os_login_is_reported_as_unsupported(tpuctl: Tpuctl, qr: QR, emulator: Any) -> None:
+def test_os_login_is_reported_as_unsupported(tpuctl: Project, qr: QR, emulator: Any) -> None:
     client = emulator.tpu_client()
     name = f"projects/{qr.project}/locations/us-central2-b/nodes/{qr.node_ids[0]}"
     before = dict(client.get_node(name=name).metadata)
@@ -105,3 +105,29 @@ def test_os_login_is_reported_as_unsupported(tpuctl: Tpuctl, qr: QR, emulator: A
         ).result()
     assert out.exit_code == 8
     assert "OS Login" in out.stderr
+
+
+def test_fanout_documents_match_the_contract(tpuctl: Project, qr: QR, tmp_path: Any) -> None:
+    """Every fan-out command prints the documented Fanout envelope (docs/output.md)."""
+    from tests.cli.test_output_contract import check
+
+    def run(example: str, *args: str) -> dict[str, Any]:
+        outcome = tpuctl(args[0], qr.name, "--format", "json", *args[1:])
+        assert outcome.exit_code == 0, (args, outcome.stderr)
+        document: dict[str, Any] = outcome.json()
+        check(document, example, " ".join(args))
+        return document
+
+    run("ssh", "ssh", "--", "echo 4")
+    started = run("ps", "ssh", "--detach", "--", "sleep 30")
+    assert started["operation"] == "detach" and started["run"]
+    assert run("ps", "ps")["operation"] == "ps"
+    assert run("ssh", "logs", "-n", "1")["operation"] == "logs"
+    assert run("ps", "stop", "--grace", "1")["operation"] == "stop"
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.txt").write_text("a\n")
+    uploaded = run("upload", "upload", str(source), "~/src")
+    assert uploaded["transfer"]["bytes"] > 0
+    downloaded = run("upload", "download", "~/src", str(tmp_path / "back"))
+    assert downloaded["transfer"]["files"] >= 1

@@ -6,7 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.fanout.helpers import QR, Tpuctl, pid_alive
+from tests.fanout.helpers import pid_alive
+from tests.harness import QR, Project
 from tests.support import wait_for
 
 
@@ -16,7 +17,7 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
-def test_upload_is_byte_identical_on_every_worker(tpuctl: Tpuctl, qr: QR, tmp_path: Path) -> None:
+def test_upload_is_byte_identical_on_every_worker(tpuctl: Project, qr: QR, tmp_path: Path) -> None:
     source = tmp_path / "code"
     (source / "pkg").mkdir(parents=True)
     (source / "train.py").write_text("print('hi')\n")
@@ -30,7 +31,7 @@ def test_upload_is_byte_identical_on_every_worker(tpuctl: Tpuctl, qr: QR, tmp_pa
             assert _tree(qr.home(s, w) / "up" / "code") == expected
 
 
-def test_download_from_one_worker(tpuctl: Tpuctl, qr: QR, tmp_path: Path) -> None:
+def test_download_from_one_worker(tpuctl: Project, qr: QR, tmp_path: Path) -> None:
     home = qr.home(1, 1)
     (home / "results").mkdir(parents=True, exist_ok=True)
     (home / "results" / "metrics.json").write_text('{"loss": 1.5}\n')
@@ -40,7 +41,7 @@ def test_download_from_one_worker(tpuctl: Tpuctl, qr: QR, tmp_path: Path) -> Non
     assert (target / "results" / "metrics.json").read_text() == '{"loss": 1.5}\n'
 
 
-def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Tpuctl, qr: QR, tmp_path: Path) -> None:
+def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Project, qr: QR, tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()
     (code / "job.sh").write_text('echo "job ran with GREETING=$GREETING in $(pwd)"\n')
@@ -75,7 +76,7 @@ def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Tpuctl, qr: QR, tmp_path: 
             holder.wait()
     assert not lockfile.exists()
     data = out.json()
-    run_id = data["summary"]["run_id"]
+    run_id = data["run"]
     home = qr.home(0, 0)
     assert (home / "job" / "setup.marker").read_text() == "setup-done\n"
     log = home / ".tpuctl" / "runs" / run_id / "log"

@@ -3,24 +3,21 @@ the fleet of their workers (real SSH), and a shared checkpoint dir per test."""
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.resume.conftest import fake_gcs, gcs_bucket  # noqa: F401  (fixtures, reused)
-from tests.support import AMBIENT, wait_for
-from tpuctl.fanout import jobs
-from tpuctl.fanout.operations import Fleet, SshSettings, prepare_fleet
+from tests.harness import Project
+from tests.support import wait_for
+from tpuctl.fanout.operations import Fleet
+from tpuctl.jobs import control as jobs
 from tpuctl.spec.load import load_spec
 from tpuctl.spec.model import Spec
 
-ZONE = "us-central2-b"
 SSH_USER = "tester"
 
 
@@ -91,18 +88,12 @@ class JobQR:
 
 
 @pytest.fixture
-def make_job_qr(
-    emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., JobQR]]:
+def make_job_qr(project: Project) -> Callable[..., JobQR]:
     """make(job={...}, accelerator=..., slices=..., checkpoint={...}) → an ACTIVE JobQR.
 
-    checkpoint.dir defaults to a fresh directory under tmp_path, which every emulated worker
-    shares the way real ones share a bucket; `checkpoint={"dir": None}` leaves it out."""
-    for name in AMBIENT:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TPU_EMULATOR_HOST", emulator.host)
-    monkeypatch.setenv("TPUCTL_API_RETRY_SECONDS", "20")
-    created: list[JobQR] = []
+    checkpoint.dir defaults to a fresh directory under the test's tmp_path, which every
+    emulated worker shares the way real ones share a bucket; `checkpoint={"dir": None}` leaves
+    it out."""
 
     def make(
         job: dict[str, Any],
@@ -111,61 +102,35 @@ def make_job_qr(
         slices: int = 1,
         checkpoint: dict[str, Any] | None = None,
     ) -> JobQR:
-        from tpuctl.cloud import lifecycle
-        from tpuctl.cloud.client import connect
-        from tpuctl.cloud.resolve import Location
-
-        project = f"jobs-{uuid.uuid4().hex[:8]}"
         name = f"job-{uuid.uuid4().hex[:6]}"
-        checkpoint_dir = tmp_path / f"ckpt-{name}"
-        document: dict[str, Any] = {
-            "apiVersion": "tpuctl/v1",
-            "name": name,
-            "project": project,
-            "zone": ZONE,
-            "tpu": {"accelerator": accelerator, "runtime": "tpu-ubuntu2204-base", "slices": slices},
-            "checkpoint": {
-                key: value
-                for key, value in {"dir": str(checkpoint_dir), **(checkpoint or {})}.items()
-                if value is not None
-            },
-            "job": job,
-        }
-        spec_path = tmp_path / f"{name}.yaml"
-        spec_path.write_text(yaml.safe_dump(document, allow_unicode=True), encoding="utf-8")
-        spec = load_spec(spec_path).spec
-        api = connect(Location(project, ZONE))
-        plan = lifecycle.plan_create(spec, project=project, zone=ZONE)
-        lifecycle.create(api, plan)
-        qr = api.get_queued_resource(name)
-        wait_for(
-            lambda: api.get_queued_resource(name).state.state.name == "ACTIVE",
-            30,
-            f"{name} ACTIVE",
+        checkpoint_dir = project.tmp_path / f"ckpt-{name}"
+        spec_path = project.write_spec(
+            {
+                "name": name,
+                "tpu": {
+                    "accelerator": accelerator,
+                    "runtime": "tpu-ubuntu2204-base",
+                    "slices": slices,
+                },
+                "checkpoint": {
+                    key: value
+                    for key, value in {"dir": str(checkpoint_dir), **(checkpoint or {})}.items()
+                    if value is not None
+                },
+                "job": job,
+            }
         )
-        settings = SshSettings(
-            user=SSH_USER, ssh_port=emulator.ssh_port, key_path=tmp_path / "ssh" / "key"
-        )
-        fleet = prepare_fleet(api, name, settings)
-        from tpuctl.cloud.describe import template_of
-
-        made = JobQR(
-            spec=spec,
+        qr = project.create_from_spec(spec_path)
+        fleet = project.fleet(name, user=SSH_USER, key_path=project.tmp_path / "ssh" / "key")
+        return JobQR(
+            spec=load_spec(spec_path).spec,
             spec_path=spec_path,
-            api=api,
+            api=project.api(),
             fleet=fleet,
-            state_dir=Path(emulator.state_dir),
+            state_dir=qr.state_dir,
             checkpoint_dir=checkpoint_dir,
-            project=project,
-            node_ids=template_of(qr).node_ids,
+            project=project.name,
+            node_ids=qr.node_ids,
         )
-        created.append(made)
-        return made
 
-    yield make
-    for qr in created:
-        # Best effort: the session emulator goes away at the end anyway.
-        with contextlib.suppress(Exception):
-            qr.api.client.delete_queued_resource(
-                request={"name": qr.api.qr_name(qr.name), "force": True}
-            )
+    return make

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tpuctl.errors import UsageError
-from tpuctl.resume.journal import Journal
 from tpuctl.spec.model import CheckpointSpec, JobSpec, Spec, TpuSpec
+from tpuctl.storage.journal import Journal
 
 
 def _spec(checkpoint_dir: str | None, run_name: str = "llama-7b") -> Spec:

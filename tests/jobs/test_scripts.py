@@ -1,4 +1,4 @@
-"""The worker-side scripts of tpuctl.fanout.jobs, run locally: syntax under sh and bash, paths,
+"""The worker-side scripts of tpuctl.jobs.control, run locally: syntax under sh and bash, paths,
 packing, status parsing and stopping a real process group."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from tpuctl.errors import UsageError
-from tpuctl.fanout import jobs
 from tpuctl.fanout.results import Tail, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget
+from tpuctl.jobs import control as jobs
+from tpuctl.jobs import scripts
 from tpuctl.spec.model import JobSpec, Spec, TpuSpec
 
 SHELLS = [shell for shell in ("sh", "dash", "bash") if shutil.which(shell)]
@@ -37,11 +38,11 @@ def _spec(**job: object) -> Spec:
 def _scripts() -> dict[str, str]:
     spec = _spec(user="trainer", workdir="~/my job/it's")
     return {
-        "deliver-code": jobs.deliver_script(spec, "0" * 64),
-        "deliver-no-code": jobs.deliver_script(spec, None),
-        "probe": jobs.probe_script("demo"),
-        "stop": jobs.stop_script("demo", 2.5),
-        "restart": jobs.restart_script("demo", 2.5),
+        "deliver-code": scripts.deliver_script(spec, "0" * 64),
+        "deliver-no-code": scripts.deliver_script(spec, None),
+        "probe": scripts.probe_script("demo"),
+        "stop": scripts.stop_script("demo", 2.5),
+        "restart": scripts.restart_script("demo", 2.5),
     }
 
 
@@ -55,14 +56,14 @@ def test_scripts_parse_in_posix_sh_and_bash(shell: str, name: str) -> None:
 
 
 def test_workdir_resolves_like_the_startup_script() -> None:
-    assert jobs.workdir_word("~") == '"$h"'
-    assert jobs.workdir_word("~/job") == '"$h"/job'
-    assert jobs.workdir_word("job dir") == "\"$h\"/'job dir'"
-    assert jobs.workdir_word("/srv/job") == '"${TPUCTL_VM_ROOT:-}"/srv/job'
+    assert scripts.workdir_word("~") == '"$h"'
+    assert scripts.workdir_word("~/job") == '"$h"/job'
+    assert scripts.workdir_word("job dir") == "\"$h\"/'job dir'"
+    assert scripts.workdir_word("/srv/job") == '"${TPUCTL_VM_ROOT:-}"/srv/job'
     with pytest.raises(UsageError):
-        jobs.workdir_word("~other/job")
+        scripts.workdir_word("~other/job")
     with pytest.raises(UsageError):
-        jobs.probe_script("../escape")
+        scripts.probe_script("../escape")
 
 
 def test_pack_code_a_file_or_a_directory(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def _write_status(root: Path, **values: object) -> None:
 
 def _probe(root: Path) -> jobs.WorkerJobStatus:
     output = subprocess.run(
-        ["sh", "-c", jobs.probe_script("demo")], capture_output=True, check=True
+        ["sh", "-c", scripts.probe_script("demo")], capture_output=True, check=True
     ).stdout
     worker = WorkerResult(WorkerTarget(1, "node-1", 2, "127.0.0.1"), "ok", exit_code=0)
     worker.stdout = Tail(keep_all=True)
@@ -135,7 +136,7 @@ def test_probe_reads_the_status_file(vm_root: Path, trainer: list[subprocess.Pop
 
 def _stop(grace: float) -> str:
     return subprocess.run(
-        ["sh", "-c", jobs.stop_script("demo", grace)], capture_output=True, text=True, check=True
+        ["sh", "-c", scripts.stop_script("demo", grace)], capture_output=True, text=True, check=True
     ).stdout.strip()
 
 

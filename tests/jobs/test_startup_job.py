@@ -1,7 +1,7 @@
 """The startup-script job on emulated workers: real SSH, real processes, real signals.
 
 QRs are created from specs through the real client; the emulator boots every worker and runs
-the rendered startup script as the guest agent would; tpuctl.fanout.jobs delivers the code and
+the rendered startup script as the guest agent would; tpuctl.jobs.control delivers the code and
 reads, stops and restarts the job over SSH.
 """
 
@@ -18,9 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.cli.test_output_contract import EXAMPLES, assert_same_shape, check
+from tests.harness import Project
 from tests.jobs.conftest import JobQR
 from tests.support import wait_for
-from tpuctl.fanout import jobs
+from tpuctl.jobs import control as jobs
 
 REPO = Path(__file__).resolve().parents[2]
 TOY_TRAIN = REPO / "scripts" / "toy_train.py"
@@ -63,10 +65,12 @@ def test_delivered_job_runs_once_everywhere_resumes_and_stays_done(
     result = jobs.deliver_and_start(qr.fleet, qr.spec)
     assert result.exit_code == 0, [w.to_dict() for w in result]
     digest = hashlib.sha256(jobs.pack_code(TOY_TRAIN)).hexdigest()
-    assert result.extra["sha256"] == digest  # a file packs to the same bytes every time
+    assert (
+        result.transfer is not None and result.transfer.sha256 == digest
+    )  # a file packs to the same bytes every time
     for worker in result:
         assert worker.detail is not None
-        assert worker.detail["uploaded"] == digest and worker.detail["startup"] == "started"
+        assert worker.detail.uploaded == digest and worker.detail.startup == "started"
     for s, w in qr.labels():
         workdir = qr.job_home(s, w) / "job"
         assert (workdir / "toy_train.py").read_bytes() == TOY_TRAIN.read_bytes()
@@ -123,7 +127,7 @@ def test_delivered_job_runs_once_everywhere_resumes_and_stays_done(
     # Stopped (no marker): the job exited, and restart_job relaunches it in the same boot.
     stopped = jobs.stop_job(qr.fleet, qr.spec, grace=10)
     assert stopped.exit_code == 0
-    assert {w.detail["state"] for w in stopped if w.detail} == {"stopped"}
+    assert {w.detail.state for w in stopped if w.detail} == {"stopped"}
     exited = qr.wait_states("exited", boot=2)
     assert not any(s.trainer_alive for s in exited)
     assert {s.exit_code for s in exited} == {0}  # toy_train saves on SIGTERM and exits 0
@@ -240,11 +244,11 @@ def test_env_quoting_stale_tpu_holder_and_rerun_only_when_stopped(
 
     # Running: deliver_and_start (no local code) leaves it alone.
     skipped = jobs.deliver_and_start(qr.fleet, qr.spec)
-    assert [w.detail["startup"] for w in skipped if w.detail] == ["skipped"]
+    assert [w.detail.startup for w in skipped if w.detail] == ["skipped"]
     assert qr.statuses()[0].pid == running.pid
 
     stopped = jobs.stop_job(qr.fleet, qr.spec, grace=5)
-    assert [w.detail["signal"] for w in stopped if w.detail] == ["TERM"]
+    assert [w.detail.signal for w in stopped if w.detail] == ["TERM"]
     qr.wait_states("exited")
     # A stale process still holding the TPU, and libtpu's lockfile left behind.
     vm = qr.vm_root(0, 0)
@@ -265,7 +269,7 @@ def test_env_quoting_stale_tpu_holder_and_rerun_only_when_stopped(
             "the holder to open the device",
         )
         started = jobs.deliver_and_start(qr.fleet, qr.spec)
-        assert [w.detail["startup"] for w in started if w.detail] == ["started"]
+        assert [w.detail.startup for w in started if w.detail] == ["started"]
         assert holder.wait(timeout=15) == -signal.SIGKILL
     finally:
         if holder.poll() is None:
@@ -284,21 +288,18 @@ def _json_or_none(path: Path) -> Any:
         return None
 
 
-def test_setup_failure_is_reported_by_status_and_ps(
-    make_job_qr: MakeQR, emulator: Any, tmp_path: Path
-) -> None:
-    from tests.fanout.helpers import Tpuctl
-
+def test_setup_failure_is_reported_by_status_and_ps(make_job_qr: MakeQR, project: Project) -> None:
     qr = make_job_qr({"command": "true", "setup": ["echo preparing", "exit 7"]})
     [status] = qr.wait_states("setup-failed", boot=1)
     assert status.reason == "setup command 2 exited with 7"
     assert status.pid is None and not status.trainer_alive and status.reachable
 
-    home = tmp_path / "cli-home"
-    home.mkdir()
-    tpuctl = Tpuctl(emulator, home, qr.project)
+    tpuctl = project
     out = tpuctl("status", str(qr.spec_path), "--jobs", "--format", "json")
     assert out.exit_code == 0, out.stderr
+    check(out.json(), "status", "status --jobs")
+    documented = EXAMPLES["ps --job"]["workers"][0]["detail"]
+    assert_same_shape(out.json()["jobs"][0], documented, "status --jobs: jobs[0]")
     [job] = out.json()["jobs"]
     assert (job["state"], job["boot"], job["reason"]) == (
         "setup-failed",
@@ -312,8 +313,9 @@ def test_setup_failure_is_reported_by_status_and_ps(
     # A NAME only: the run name comes from the nodes' tpuctl-run label.
     ps = tpuctl("ps", qr.name, "--job", "--format", "json")
     assert ps.exit_code == 0, ps.stderr
+    check(ps.json(), "ps --job")
     [worker] = ps.json()["workers"]
     assert worker["detail"]["state"] == "setup-failed"
-    assert worker["detail"]["run"] == qr.run_name
+    assert ps.json()["run"] == qr.run_name
     human = tpuctl("ps", qr.name, "--job", env=wide)
     assert "setup-failed" in human.stdout

@@ -1,20 +1,50 @@
-"""Every configs/*.yaml renders to the checked-in request, startup script and gcloud command."""
+"""Every configs/*.yaml renders to the checked-in request, startup values and gcloud command.
+
+Goldens keep what a spec changes: the request (with the startup script cut out, since it is
+mostly the fixed template), the startup script's values block and the gcloud line. One golden
+keeps a whole rendered script, so a change to the template's fixed text shows in review too.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tpuctl.render.gcloud import render_gcloud
-from tpuctl.render.request import render_request, request_as_json
-from tpuctl.render.startup import render_startup_script
+from tpuctl.render.request import STARTUP_SCRIPT_KEY, render_request, request_as_dict
+from tpuctl.render.startup import render_startup_script, render_values
 from tpuctl.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 GOLDEN = ROOT / "tests/golden"
+WHOLE_SCRIPT = GOLDEN / "startup-emulator-demo.sh"
 PROJECT, ZONE = "my-project", "us-central2-b"
+SCRIPT_PLACEHOLDER = "<the rendered startup script: see startup-values.sh>"
+
+
+def _request_without_script(spec: object) -> str:
+    data = request_as_dict(render_request(spec, project=PROJECT, zone=ZONE))  # type: ignore[arg-type]
+    for node_spec in data["queued_resource"]["tpu"]["node_spec"]:
+        metadata = node_spec["node"].get("metadata", {})
+        if STARTUP_SCRIPT_KEY in metadata:
+            metadata[STARTUP_SCRIPT_KEY] = SCRIPT_PLACEHOLDER
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _check(path: Path, text: str, update: bool, what: str) -> None:
+    if update:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"missing golden {path}; run pytest --update-goldens"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{what} renders differently from {path.relative_to(ROOT)}; "
+        "if the change is intended, run pytest --update-goldens and review the diff"
+    )
 
 
 def test_there_are_configs() -> None:
@@ -27,25 +57,35 @@ def test_config_matches_goldens(config: Path, update_goldens: bool) -> None:
     spec = loaded.spec
     assert loaded.warnings == ()
     rendered = {
-        "request.json": request_as_json(render_request(spec, project=PROJECT, zone=ZONE)),
+        "request.json": _request_without_script(spec),
         "gcloud.sh": render_gcloud(spec, project=PROJECT, zone=ZONE),
     }
     if spec.job is not None:
-        rendered["startup.sh"] = render_startup_script(spec)
+        rendered["startup-values.sh"] = render_values(spec)
     folder = GOLDEN / config.stem
-    if update_goldens:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, text in rendered.items():
-            (folder / name).write_text(text, encoding="utf-8")
     for name, text in rendered.items():
-        path = folder / name
-        assert path.exists(), f"missing golden {path}; run pytest --update-goldens"
-        assert text == path.read_text(encoding="utf-8"), (
-            f"{config.name} renders differently from {path.relative_to(ROOT)}; "
-            "if the change is intended, run pytest --update-goldens and review the diff"
-        )
+        _check(folder / name, text, update_goldens, config.name)
+
+
+def test_whole_startup_script_matches_its_golden(update_goldens: bool) -> None:
+    spec = load_spec(ROOT / "configs/emulator-demo.yaml", environ={}).spec
+    _check(WHOLE_SCRIPT, render_startup_script(spec), update_goldens, "emulator-demo.yaml")
 
 
 def test_no_orphan_goldens() -> None:
     stems = {path.stem for path in CONFIGS}
     assert {path.name for path in GOLDEN.iterdir() if path.is_dir()} <= stems
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+@pytest.mark.parametrize("config", CONFIGS, ids=[path.stem for path in CONFIGS])
+def test_rendered_startup_script_passes_shellcheck(config: Path, tmp_path: Path) -> None:
+    spec = load_spec(config, environ={}).spec
+    if spec.job is None:
+        pytest.skip("no job, no startup script")
+    script = tmp_path / "startup.sh"
+    script.write_text(render_startup_script(spec), encoding="utf-8")
+    checked = subprocess.run(
+        ["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

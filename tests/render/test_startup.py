@@ -19,12 +19,8 @@ from typing import Any
 import pytest
 
 from tpuctl.errors import SpecError
-from tpuctl.render.startup import (
-    CODE_READY_MARKER,
-    LOG_ROOT,
-    STATE_ROOT,
-    render_startup_script,
-)
+from tpuctl.render.startup import render_startup_script
+from tpuctl.worker import CODE_READY_MARKER, LOG_ROOT, STATE_ROOT
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
@@ -361,9 +357,11 @@ def test_code_archive_is_fetched_and_unpacked(
 
 def test_worker_paths_match_the_constants(job_spec: Callable[..., Any]) -> None:
     script = render_startup_script(job_spec("true"))
-    assert f'TPUCTL_DIR="$VM_ROOT{STATE_ROOT}"' in script
-    assert f'LOG_DIR="$VM_ROOT{LOG_ROOT}/$RUN_NAME"' in script
-    assert f"CODE_READY_MARKER={CODE_READY_MARKER}\n" in script
+    assert f"STATE_ROOT='{STATE_ROOT}'\n" in script
+    assert f"LOG_ROOT='{LOG_ROOT}'\n" in script
+    assert f"CODE_READY_MARKER='{CODE_READY_MARKER}'\n" in script
+    assert 'TPUCTL_DIR="$VM_ROOT$STATE_ROOT"' in script
+    assert 'LOG_DIR="$VM_ROOT$LOG_ROOT/$RUN_NAME"' in script
 
 
 def _can_isolate_a_real_vm() -> bool:

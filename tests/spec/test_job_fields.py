@@ -6,8 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tpuctl.errors import SpecError
-from tpuctl.spec.fields import field_at, json_schema
+from tpuctl.spec.fields import field_at
 from tpuctl.spec.load import LoadedSpec, load_spec, resolve_code_path
+from tpuctl.spec.schema import json_schema
 
 Load = Callable[..., LoadedSpec]
 SpecErrorOf = Callable[..., SpecError]

@@ -1,50 +1,70 @@
-"""The one context object every command receives, and the output renderer (table | json | yaml)."""
+"""The one context object every command receives: output mode, consoles, and how to say things.
+
+Results go to stdout (tpuctl.cli.output prints them); progress, notes and warnings to stderr,
+never coloured or animated when the stream is not a terminal.
+"""
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+from tpuctl.cli.format import Style
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-OutputFormat = Literal["table", "json", "yaml"]
-FORMATS: tuple[OutputFormat, ...] = ("table", "json", "yaml")
+OutputFormat = Literal["table", "wide", "json", "yaml"]
+FORMATS: tuple[OutputFormat, ...] = ("table", "wide", "json", "yaml")
 
 
 @dataclass
 class AppContext:
-    """Settings from the root group, plus consoles created on first use (rich is lazy)."""
+    """Settings from the root group, plus the stderr console created on first use (rich is
+    imported only for progress displays)."""
 
     output: OutputFormat = "table"
     debug: bool = False
-    _stdout: Console | None = field(default=None, repr=False)
+    quiet: bool = False
+    all_rows: bool = False  # `--all` on a fan-out: every worker's row
     _stderr: Console | None = field(default=None, repr=False)
 
     @property
     def machine_output(self) -> bool:
-        return self.output != "table"
-
-    @property
-    def stdout(self) -> Console:
-        if self._stdout is None:
-            self._stdout = _make_console(sys.stdout)
-        return self._stdout
+        return self.output in ("json", "yaml")
 
     @property
     def stderr(self) -> Console:
         if self._stderr is None:
-            self._stderr = _make_console(sys.stderr)
+            from rich.console import Console
+
+            is_tty = sys.stderr.isatty()
+            self._stderr = Console(
+                file=sys.stderr,
+                force_terminal=None if is_tty else False,
+                no_color=not is_tty or "NO_COLOR" in os.environ,
+                highlight=False,
+            )
         return self._stderr
 
+    @property
+    def animated(self) -> bool:
+        """Whether progress may be drawn live: stderr is a terminal and nobody asked for quiet
+        or for machine output."""
+        return sys.stderr.isatty() and not self.quiet and not self.machine_output
+
+    def style(self) -> Style:
+        """How tables look: sized to the terminal when stdout is one, else whole values."""
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        return Style(width=width, wide=self.output == "wide", all_rows=self.all_rows)
+
     def info(self, message: str) -> None:
-        """A progress or status line for people, always on stderr (no rich needed)."""
+        """A progress or status line for people, on stderr (not with --quiet)."""
+        if self.quiet:
+            return
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
 
@@ -53,64 +73,3 @@ class AppContext:
         line = f"warning: {message}"
         sys.stderr.write((f"\x1b[33m{line}\x1b[0m" if colour else line) + "\n")
         sys.stderr.flush()
-
-    def emit(self, data: Any, human: Callable[[Console], None] | None = None) -> None:
-        """Print a command's result: `human` draws it for people; json/yaml print `data`."""
-        if self.output == "json":
-            sys.stdout.write(to_json(data) + "\n")
-        elif self.output == "yaml":
-            import yaml
-
-            sys.stdout.write(yaml.safe_dump(jsonable(data), sort_keys=False, allow_unicode=True))
-        elif human is not None:
-            human(self.stdout)
-        else:
-            sys.stdout.write(to_json(data) + "\n")
-        sys.stdout.flush()
-
-
-def _make_console(stream: Any) -> Console:
-    from rich.console import Console
-
-    # No colour or animation unless the stream is a terminal; NO_COLOR is honoured by rich.
-    is_tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(
-        file=stream,
-        force_terminal=None if is_tty else False,
-        no_color=not is_tty or "NO_COLOR" in os.environ,
-        highlight=False,
-        soft_wrap=not is_tty,
-    )
-
-
-def jsonable(value: Any) -> Any:
-    """Turn dataclasses, enums, datetimes and timedeltas into plain JSON values."""
-    from dataclasses import asdict, is_dataclass
-
-    if is_dataclass(value) and not isinstance(value, type):
-        return jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return rfc3339(value)
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
-
-
-def rfc3339(moment: datetime) -> str:
-    """RFC 3339 in UTC with a Z, the one timestamp format tpuctl prints."""
-    from datetime import timezone
-
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    text = moment.astimezone(timezone.utc).isoformat(timespec="seconds")
-    return text.replace("+00:00", "Z")
-
-
-def to_json(data: Any) -> str:
-    return json.dumps(jsonable(data), indent=2, ensure_ascii=False)

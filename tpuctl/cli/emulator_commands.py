@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tpuctl.cli.options import app_context, output_option
+from tpuctl.cli.options import output_option
+from tpuctl.cli.output import emit
+from tpuctl.cli.views import emulator as views
 from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tpuctl.emulator.admin import AdminClient
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -156,18 +156,6 @@ def _admin(host: str | None) -> AdminClient:
     return AdminClient(host)
 
 
-def _show(data: Any, lines: Callable[[Any], list[str]]) -> None:
-    def human(console: Console) -> None:
-        for line in lines(data):
-            console.print(line, markup=False, highlight=False)
-
-    app_context().emit(data, human)
-
-
-def _kv(data: Any) -> list[str]:
-    return [f"{key}: {value}" for key, value in data.items()]
-
-
 @emulator_group.command("status")
 @host_option
 @output_option
@@ -175,19 +163,7 @@ def status(host: str | None) -> None:
     """Show capacity, queued resources and injected faults."""
     with _admin(host) as admin:
         data = admin.status()
-
-    def lines(data: dict[str, Any]) -> list[str]:
-        out = [f"emulator {data['host']}  ssh port {data['ssh_port']}  speed {data['speed']}"]
-        for gen, pool in data["capacity"].items():
-            out.append(f"  {gen:4} {pool['used']:>6}/{pool['total']} chips used")
-        for qr in data["queued_resources"]:
-            out.append(
-                f"  {qr['state']:22} {qr['name']} ({qr['nodes']} x {qr['accelerator_type']})"
-            )
-        out.append(f"  workers: {data['workers']}  api faults: {data['api_faults']}")
-        return out
-
-    _show(data, lines)
+    emit(views.EmulatorStatus(data), views.status_view)
 
 
 @emulator_group.command("preempt")
@@ -197,7 +173,8 @@ def status(host: str | None) -> None:
 def preempt(queued_resource: str, host: str | None) -> None:
     """Spot preemption: kill the VMs, nodes PREEMPTED, QR SUSPENDED (initiator SERVICE)."""
     with _admin(host) as admin:
-        _show(admin.preempt(queued_resource), _kv)
+        reply = admin.preempt(queued_resource)
+    emit(views.EmulatorFault(reply), views.fault_view)
 
 
 @emulator_group.command("fail-slice")
@@ -208,7 +185,8 @@ def preempt(queued_resource: str, host: str | None) -> None:
 def fail_slice(queued_resource: str, slice_index: int, host: str | None) -> None:
     """Hardware failure: replace one slice with a fresh disk and restart all the others."""
     with _admin(host) as admin:
-        _show(admin.fail_slice(queued_resource, slice_index), _kv)
+        reply = admin.fail_slice(queued_resource, slice_index)
+    emit(views.EmulatorFault(reply), views.fault_view)
 
 
 @emulator_group.command("maintenance")
@@ -220,7 +198,8 @@ def fail_slice(queued_resource: str, slice_index: int, host: str | None) -> None
 def maintenance(node: str, worker: int, at: str, host: str | None) -> None:
     """Maintenance on a node: SIGTERM with the autocheckpoint grace (else kill), then reboot."""
     with _admin(host) as admin:
-        _show(admin.maintenance(node, worker, at), _kv)
+        reply = admin.maintenance(node, worker, at)
+    emit(views.EmulatorFault(reply), views.fault_view)
 
 
 @emulator_group.command("ssh-fault")
@@ -232,7 +211,8 @@ def maintenance(node: str, worker: int, at: str, host: str | None) -> None:
 def ssh_fault(node: str, worker: int, mode: str, host: str | None) -> None:
     """Make one worker's SSH server hang or refuse connections (none: heal it)."""
     with _admin(host) as admin:
-        _show(admin.ssh_fault(node, worker, mode), _kv)
+        reply = admin.ssh_fault(node, worker, mode)
+    emit(views.EmulatorFault(reply), views.fault_view)
 
 
 @emulator_group.command("api-fault")
@@ -255,7 +235,8 @@ def api_fault(
     if code is not None and count is None:
         count = 1
     with _admin(host) as admin:
-        _show(admin.api_fault(code, count, create_exhausted), _kv)
+        reply = admin.api_fault(code, count, create_exhausted)
+    emit(views.EmulatorFault(reply), views.fault_view)
 
 
 @emulator_group.command("capacity")
@@ -269,12 +250,7 @@ def capacity(changes: tuple[str, ...], host: str | None) -> None:
     parsed = _parse(parse_capacity, ",".join(changes), "capacity")
     with _admin(host) as admin:
         data = admin.capacity(parsed)
-    _show(
-        data,
-        lambda pools: [
-            f"{gen:4} {p['used']:>6}/{p['total']} chips used" for gen, p in pools.items()
-        ],
-    )
+    emit(views.EmulatorCapacity(data), views.capacity_view)
 
 
 @emulator_group.command("events")
@@ -282,7 +258,8 @@ def capacity(changes: tuple[str, ...], host: str | None) -> None:
 @click.option("--since", type=int, default=0, show_default=True, help="First event number.")
 @host_option
 def events(follow: bool, since: int, host: str | None) -> None:
-    """The event log as JSON lines."""
+    """The event log as JSON lines, in the emulator's own event format (see the README), not
+    an envelope: a stream that tests and `jq` read line by line."""
     import json
 
     with _admin(host) as admin:

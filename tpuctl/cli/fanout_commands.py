@@ -1,4 +1,5 @@
-"""SSH fan-out commands: ssh, ps, logs, stop, upload, download, run; the logic is in tpuctl.fanout.
+"""SSH fan-out commands: ssh, ps, logs, stop, upload, download, run; the logic is in
+tpuctl.fanout (the engine) and tpuctl.jobs (the fleet, job control, the runner).
 
 Exit codes: 0 every worker ok; 3 a command failed somewhere; 4 a command or connection timed
 out; 10 workers unreachable (worse than a failure, so it wins); 8 a host key did not match;
@@ -7,9 +8,9 @@ out; 10 workers unreachable (worse than a failure, so it wins); 8 a host key did
 
 from __future__ import annotations
 
-import sys
-import threading
+import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,21 +26,23 @@ from tpuctl.cli.options import (
     ssh_settings,
     worker_ssh_options,
 )
-from tpuctl.cli.targets import connect_api, load_spec_warned, resolve_location_for, resolve_target
-from tpuctl.errors import ExitCode, UsageError
+from tpuctl.cli.output import emit
+from tpuctl.cli.streams import OutputFiles, PrefixedOutput, retry_note
+from tpuctl.cli.targets import Target, connect_api, resolve_target
+from tpuctl.cli.views.fanout import fanout_view
+from tpuctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tpuctl.cli.context import AppContext
+    from tpuctl.cloud.client import TpuApi
     from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
-    from tpuctl.fanout.targets import WorkerTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-# ------------------------------------------------------------------------------- options
+SSH_KEYS: tuple[str, ...] = (
+    *("user", "internal_ip", "ssh_port", "strict_host_key_checking", "connect_timeout"),
+    *("batch_size", "impersonate", "project", "zone"),
+)
 
 
 def ssh_options(func: F) -> F:
@@ -59,6 +62,14 @@ def ssh_options(func: F) -> F:
             default=64,
             show_default=True,
             help="Connections being set up at once (running commands never hold a slot).",
+        ),
+        click.option(
+            "--all",
+            "all_rows",
+            is_flag=True,
+            default=False,
+            help="Show every worker's row (above 64 workers the table shows the ones that "
+            "were not ok, and one line for the rest).",
         ),
         impersonate_option,
         project_zone_options,
@@ -85,22 +96,35 @@ def selector_options(default: str = "all") -> Callable[[F], F]:
     return decorate
 
 
-def _fleet(
+@dataclass
+class Reached:
+    """What a fan-out command acts on: NAME|SPEC resolved, the API, the selected workers."""
+
+    target: Target
+    api: TpuApi
+    fleet: Fleet
+
+
+def _reach(
     app: AppContext,
     target: str,
-    params: dict[str, Any],
+    values: dict[str, Any],
     *,
     node: str | None,
     worker: str | None,
     default: str = "all",
-    user: str | None = None,
-) -> Fleet:
-    from tpuctl.fanout.operations import prepare_fleet
+    overrides: tuple[str, ...] = (),
+) -> Reached:
+    """The selected workers of NAME|SPEC, ready to connect to; consumes the SSH options. The
+    SSH user defaults to the spec's job.user for `run`-style commands (`--user` wins)."""
+    from tpuctl.jobs.fleet import prepare_fleet
 
-    resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"))
+    params = {key: values.pop(key) for key in SSH_KEYS}
+    app.all_rows = bool(values.pop("all_rows", False))
+    resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"), overrides)
     api = connect_api(resolved.location, params.pop("impersonate"))
-    settings = ssh_settings(app, **{**params, "user": params.get("user") or user})
-    return prepare_fleet(
+    settings = ssh_settings(app, **params)
+    fleet = prepare_fleet(
         api,
         resolved.name,
         settings,
@@ -108,162 +132,16 @@ def _fleet(
         workers=worker or default,
         on_progress=app.info,
     )
+    return Reached(resolved, api, fleet)
 
 
-SSH_KEYS = (
-    "user",
-    "internal_ip",
-    "ssh_port",
-    "strict_host_key_checking",
-    "connect_timeout",
-    "batch_size",
-    "impersonate",
-    "project",
-    "zone",
-)
-
-
-def _ssh_params(values: dict[str, Any]) -> dict[str, Any]:
-    return {key: values.pop(key) for key in SSH_KEYS}
-
-
-# ------------------------------------------------------------------------------- output
-
-
-class PrefixedOutput:
-    """Worker lines to our stdout/stderr as `[slice/worker] line` (whole lines, one lock)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def __call__(self, target: WorkerTarget, stream: str, lines: bytes) -> None:
-        prefix = f"[{target.label}] ".encode()
-        data = b"".join(prefix + line + b"\n" for line in lines.rstrip(b"\n").split(b"\n"))
-        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
-        with self._lock:
-            out.write(data)
-            out.flush()
-
-
-class OutputFiles:
-    """One file per worker and stream: <dir>/<node>-w<worker>.out|.err (no cross-slice clash)."""
-
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.directory = directory
-        self._files: dict[tuple[str, int, str], Any] = {}
-
-    def path(self, target: WorkerTarget, stream: str) -> Path:
-        suffix = "out" if stream == "stdout" else "err"
-        return self.directory / f"{target.node_id}-w{target.worker}.{suffix}"
-
-    def __call__(self, target: WorkerTarget, stream: str, lines: bytes) -> None:
-        key = (target.node_id, target.worker, stream)
-        handle = self._files.get(key)
-        if handle is None:
-            handle = self._files[key] = self.path(target, stream).open("ab")
-        handle.write(lines)
-
-    def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-
-
-def _status_cell(row: dict[str, Any]) -> str:
-    status = str(row["status"])
-    return status.upper() if status != "ok" else status
-
-
-def _draw_result(result: FanoutResult, extra_columns: bool = False) -> Callable[[Console], None]:
-    data = result.to_dict()
-
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        table = Table(box=None, pad_edge=False)
-        columns = ["WORKER", "NODE", "ADDRESS", "STATUS", "EXIT", "TIME", "LAST OUTPUT / ERROR"]
-        if extra_columns:
-            columns[6:6] = ["RUN", "PID", "STATE"]
-        for column in columns:
-            table.add_column(column, overflow="fold")
-        for row in data["workers"]:
-            note = row["error"] or _last_line(row["stderr_tail"]) or _last_line(row["stdout_tail"])
-            cells = [
-                f"{row['slice']}/{row['worker']}",
-                row["node"],
-                row["address"],
-                _status_cell(row),
-                "-" if row["exit_code"] is None else str(row["exit_code"]),
-                f"{row['duration_s']:.1f}s",
-                note or "",
-            ]
-            if extra_columns:
-                detail = row["detail"] or {}
-                cells[6:6] = [
-                    str(detail.get("run") or "-"),
-                    str(detail.get("pid") or "-"),
-                    _describe_state(detail),
-                ]
-            table.add_row(*cells)
-        console.print(table)
-        summary = data["summary"]
-        parts = [f"{summary[s]} {s}" for s in ("ok", *_BAD) if summary.get(s)]
-        console.print(
-            f"{summary['workers']} workers: {', '.join(parts)} in {summary['duration_s']:.1f}s",
-            markup=False,
-        )
-
-    return draw
-
-
-_BAD = ("failed", "unreachable", "timeout", "hostkey-mismatch", "interrupted")
-
-
-def _describe_state(detail: dict[str, Any]) -> str:
-    from tpuctl.fanout.remote import RunState
-
-    if "state" not in detail:
-        return "started" if detail.get("pid") else "-"
-    return RunState(
-        detail["state"], detail.get("run"), detail.get("pid"), detail.get("exit_code"),
-        detail.get("signal"),
-    ).describe()  # fmt: skip
-
-
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1][:120] if lines else ""
-
-
-def _finish(
-    app: AppContext, result: FanoutResult, *, extra_columns: bool = False, ok_when: bool = False
-) -> None:
-    """Print the result, name the workers still running at an interrupt, set the exit code."""
-    app.emit(result.to_dict(), _draw_result(result, extra_columns))
-    if result.interrupted:
+def _finish(app: AppContext, result: FanoutResult) -> None:
+    """Print the result; name the workers still running at an interrupt; exit with its code."""
+    if result.interrupted and not result.interrupt_expected:
         running = [r.target.label for r in result if r.started and r.status == "interrupted"]
         if running:
             app.warn(f"interrupted while still running on: {', '.join(running)}")
-    code = ExitCode.OK if ok_when else result.exit_code
-    if code != ExitCode.OK:
-        error = result.error()
-        if error is not None:
-            sys.stderr.write(f"error: {error.one_line()}\n")
-        sys.stderr.flush()
-        # The result is already on stdout (one JSON document with --format json): exit with
-        # the code without a second, error-shaped document.
-        click.get_current_context().exit(int(code))
-
-
-def _retry_note(app: AppContext) -> Callable[[WorkerTarget, str, str], None]:
-    def note(target: WorkerTarget, kind: str, message: str) -> None:
-        if kind == "retry":
-            app.info(f"[{target.label}] connection set-up failed, retrying: {message}")
-
-    return note
-
-
-# ------------------------------------------------------------------------------- commands
+    emit(result, fanout_view)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -294,6 +172,8 @@ def ssh(
 ) -> None:
     """Run COMMAND on the selected workers of every slice (tpuctl ssh NAME -- COMMAND…).
 
+    One argument after `--` is a shell command line, run as written (`'make && ./train'`);
+    several are an argv, each word quoted so it arrives as given (`-- python3 -c 'print(1)'`).
     Output is streamed as `[slice/worker] line`, then a table of every worker's exit code,
     duration and status. With no COMMAND and one worker, opens an interactive shell.
     --detach starts COMMAND in its own session on every worker (see ps, logs, stop).
@@ -301,24 +181,25 @@ def ssh(
     from tpuctl.fanout import operations
 
     app = app_context()
-    text = command[0] if len(command) == 1 else " ".join(command)
+    text = command[0] if len(command) == 1 else shlex.join(command)
     if not text and (detach or timeout or output_dir):
         raise UsageError("--detach, --timeout and --output-dir need a COMMAND")
-    params = _ssh_params(values)
-    fleet = _fleet(app, target, params, node=node, worker=worker, default="all" if text else "0")
+    fleet = _reach(
+        app, target, values, node=node, worker=worker, default="all" if text else "0"
+    ).fleet
     if not text:
         _shell(fleet)
         return
     if detach:
-        result = operations.start_detached(fleet, text, on_event=_retry_note(app))
-        app.info(f"run {result.extra['run_id']} started on {len(result.succeeded)} workers")
-        _finish(app, result, extra_columns=True)
+        result = operations.start_detached(fleet, text, on_event=retry_note(app))
+        app.info(f"run {result.run} started on {len(result.succeeded)} workers")
+        _finish(app, result)
         return
     files = OutputFiles(output_dir) if output_dir is not None else None
     sink: Any = files if files is not None else (None if app.machine_output else PrefixedOutput())
     try:
         result = operations.run_command(
-            fleet, text, timeout=timeout, on_output=sink, on_event=_retry_note(app)
+            fleet, text, timeout=timeout, on_output=sink, on_event=retry_note(app)
         )
     finally:
         if files is not None:
@@ -375,35 +256,17 @@ def ps(
     from tpuctl.fanout import operations
 
     app = app_context()
+    if startup_job and run_id is not None:
+        raise UsageError("--job shows the startup-script job; --run names a detached run")
+    reached = _reach(app, target, values, node=node, worker=worker)
     if startup_job:
-        if run_id is not None:
-            raise UsageError("--job shows the startup-script job; --run names a detached run")
-        _job_ps(app, target, _ssh_params(values), node=node, worker=worker)
+        from tpuctl.jobs import control
+
+        name, spec = reached.target.name, reached.target.spec
+        run_name = control.resolve_run_name(reached.api, name, spec)
+        _finish(app, control.probe_jobs(reached.fleet, run_name))
         return
-    fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker)
-    _finish(app, operations.run_status(fleet, run_id), extra_columns=True)
-
-
-def _job_ps(
-    app: AppContext, target: str, params: dict[str, Any], *, node: str | None, worker: str | None
-) -> None:
-    """`ps --job`: every worker's startup-script job status, in the fan-out table and JSON."""
-    from tpuctl.fanout import jobs
-    from tpuctl.fanout.operations import prepare_fleet
-
-    resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"))
-    api = connect_api(resolved.location, params.pop("impersonate"))
-    run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
-    settings = ssh_settings(app, **params)
-    fleet = prepare_fleet(
-        api,
-        resolved.name,
-        settings,
-        nodes=node or "all",
-        workers=worker or "all",
-        on_progress=app.info,
-    )
-    _finish(app, jobs.probe_jobs(fleet, run_name), extra_columns=True)
+    _finish(app, operations.run_status(reached.fleet, run_id))
 
 
 @click.command()
@@ -427,11 +290,11 @@ def logs(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker)
+    fleet = _reach(app, target, values, node=node, worker=worker).fleet
     sink = None if app.machine_output else PrefixedOutput()
     result = operations.run_logs(fleet, run_id, lines=lines, follow=follow, on_output=sink)
-    # Ctrl-C is how one stops following: not an error.
-    _finish(app, result, ok_when=follow and result.interrupted)
+    result.interrupt_expected = follow  # Ctrl-C is how one stops following
+    _finish(app, result)
 
 
 @click.command()
@@ -455,8 +318,8 @@ def stop(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker)
-    _finish(app, operations.stop_run(fleet, run_id, grace=grace), extra_columns=True)
+    fleet = _reach(app, target, values, node=node, worker=worker).fleet
+    _finish(app, operations.stop_run(fleet, run_id, grace=grace))
 
 
 @click.command()
@@ -479,13 +342,14 @@ def upload(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker)
+    fleet = _reach(app, target, values, node=node, worker=worker).fleet
     destination = remote_dir or f"~/{local_dir.resolve().name}"
-    result = operations.upload(fleet, local_dir, destination, on_event=_retry_note(app))
-    app.info(
-        f"uploaded {result.extra['bytes']} bytes (sha256 {str(result.extra['sha256'])[:12]}…) "
-        f"to {destination} on {len(result.succeeded)}/{len(result)} workers"
-    )
+    result = operations.upload(fleet, local_dir, destination, on_event=retry_note(app))
+    if result.transfer is not None:
+        app.info(
+            f"uploaded {result.transfer.bytes} bytes (sha256 {result.transfer.sha256}) to "
+            f"{destination} on {len(result.succeeded)}/{len(result)} workers"
+        )
     _finish(app, result)
 
 
@@ -508,10 +372,10 @@ def download(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _fleet(app, target, _ssh_params(values), node=node, worker=worker, default="0")
+    fleet = _reach(app, target, values, node=node, worker=worker, default="0").fleet
     result = operations.download(fleet, remote_path, local_dir)
-    if "files" in result.extra:
-        app.info(f"downloaded {result.extra['files']} entries into {local_dir}")
+    if result.transfer is not None and result.transfer.files is not None:
+        app.info(f"downloaded {result.transfer.files} entries into {local_dir}")
     _finish(app, result)
 
 
@@ -533,29 +397,26 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
     then follows worker 0's log. The SSH user defaults to job.user.
     """
     from tpuctl.fanout import operations
-    from tpuctl.spec.load import resolve_code_path
+    from tpuctl.jobs.runner import run_job
+    from tpuctl.spec.load import load_spec, resolve_code_path
 
     app = app_context()
-    spec = load_spec_warned(app, spec_path, overrides)
+    spec = load_spec(spec_path, overrides=overrides).spec  # the warnings come with _reach's load
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to run")
-    params = _ssh_params(values)
-    location = resolve_location_for(params.pop("project"), params.pop("zone"), spec)
-    api = connect_api(location, params.pop("impersonate"))
-    from tpuctl.fanout.operations import prepare_fleet
-
-    settings = ssh_settings(app, **{**params, "user": params.get("user") or spec.job.user})
-    fleet = prepare_fleet(api, spec.name, settings, on_progress=app.info)
-    code_dir = resolve_code_path(spec)
-    job = operations.run_job(
-        fleet, spec, code_dir=code_dir, on_progress=app.info, on_event=_retry_note(app)
+    values["user"] = values["user"] or spec.job.user
+    fleet = _reach(app, spec_path, values, node=None, worker=None, overrides=overrides).fleet
+    job = run_job(
+        fleet,
+        spec,
+        code_dir=resolve_code_path(spec),
+        on_progress=app.info,
+        on_event=retry_note(app),
     )
     result = job.result
-    result.extra["step"] = list(job.steps)[-1]
     if job.run_id is not None:
-        result.extra["run_id"] = job.run_id
         app.info(f"run {job.run_id} started on {len(result.succeeded)}/{len(result)} workers")
-    if follow and not app.machine_output and job.run_id and result.exit_code == ExitCode.OK:
+    if follow and not app.machine_output and job.run_id and not result.exit_code:
         first = fleet.only(fleet.targets[:1])
         app.info(f"following {first.targets[0].label}'s log (Ctrl-C stops following)")
         followed = operations.run_logs(
@@ -566,4 +427,4 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
                 f"stopped following; the job keeps running (tpuctl stop {spec.name} "
                 f"--run {job.run_id})"
             )
-    _finish(app, result, extra_columns=job.run_id is not None)
+    _finish(app, result)

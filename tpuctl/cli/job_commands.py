@@ -1,21 +1,15 @@
-"""Job commands: up (the babysitter), drill (rehearse a disruption), report (timeline, goodput).
-
-The logic is in tpuctl.cloud.recovery, tpuctl.resume.drill and tpuctl.resume.report.
-"""
+"""Job commands: up (the babysitter), drill (rehearse a disruption), report (timeline, goodput)
+and checkpoints (what a restart resumes from). The logic is in tpuctl.jobs and tpuctl.storage."""
 
 from __future__ import annotations
 
 import os
 import shlex
-import signal
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tpuctl.cli.context import AppContext, rfc3339
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -27,6 +21,8 @@ from tpuctl.cli.options import (
     ssh_settings,
     worker_ssh_options,
 )
+from tpuctl.cli.output import emit
+from tpuctl.cli.progress import interrupts
 from tpuctl.cli.targets import (
     connect_api,
     is_spec_path,
@@ -34,27 +30,22 @@ from tpuctl.cli.targets import (
     resolve_location_for,
     resolve_target,
 )
-from tpuctl.errors import TpuctlError, UsageError
+from tpuctl.cli.views import jobs as views
+from tpuctl.errors import UsageError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
+    from tpuctl.cli.context import AppContext
     from tpuctl.cloud.client import TpuApi
-    from tpuctl.cloud.recovery import JournalLike
     from tpuctl.fanout.operations import Fleet, SshSettings
-    from tpuctl.resume.drill import DrillReport
-    from tpuctl.resume.report import JobReport
+    from tpuctl.jobs.adapters import JournalLike
     from tpuctl.spec.model import Spec
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-# ------------------------------------------------------------------------------- shared
-
-
-def _fleet_factory(app: AppContext, api: TpuApi, name: str, settings: SshSettings) -> Any:
+def _fleet_factory(
+    app: AppContext, api: TpuApi, name: str, settings: SshSettings
+) -> Callable[[], Fleet]:
     def make() -> Fleet:
-        from tpuctl.fanout.operations import prepare_fleet
+        from tpuctl.jobs.fleet import prepare_fleet
 
         return prepare_fleet(api, name, settings, on_progress=app.info)
 
@@ -62,10 +53,10 @@ def _fleet_factory(app: AppContext, api: TpuApi, name: str, settings: SshSetting
 
 
 def _journal(app: AppContext, spec: Spec | None) -> JournalLike | None:
-    """The run's Journal in shared storage; None (with a warning) when it cannot be kept."""
+    """The run's journal in shared storage; None (with a warning) when it cannot be kept."""
     if spec is None:
         return None
-    from tpuctl.resume.journal import Journal
+    from tpuctl.storage.journal import Journal
 
     journal = Journal(spec)
     if not journal.enabled:
@@ -79,58 +70,12 @@ def _journal(app: AppContext, spec: Spec | None) -> JournalLike | None:
 
 def _stamped(app: AppContext) -> Callable[[Any], None]:
     """Each event as `RFC3339 message` on stderr."""
+    from tpuctl.clock import rfc3339
 
     def say(event: Any) -> None:
         app.info(f"{rfc3339(event.at)} {event.message}")
 
     return say
-
-
-class _StopFlag:
-    """Set by Ctrl-C or SIGTERM (a CI runner cancelling the job), which also raise
-    KeyboardInterrupt; the flag survives code that absorbs the exception (the SSH engine)."""
-
-    def __init__(self) -> None:
-        self.raised = False
-
-    def __call__(self) -> bool:
-        return self.raised
-
-
-@contextmanager
-def _interrupts() -> Iterator[_StopFlag]:
-    flag = _StopFlag()
-
-    def handler(_signum: int, _frame: Any) -> None:
-        flag.raised = True
-        raise KeyboardInterrupt
-
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield flag
-        return
-    try:
-        yield flag
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    total = round(value)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{value:.1f}s"
-
-
-# ------------------------------------------------------------------------------- up
 
 
 @click.command()
@@ -183,17 +128,14 @@ def up(
     *,
     spec_path: str,
     overrides: tuple[str, ...],
-    keep: bool,
-    poll: float | None,
-    job_check_every: float,
-    failure_confirm: float,
-    queue_timeout: float | None,
-    provision_timeout: float | None,
-    keep_on_timeout: bool,
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    **ssh: Any,
+    user: str | None,
+    internal_ip: bool,
+    ssh_port: int | None,
+    strict_host_key_checking: str,
+    **tuning: Any,
 ) -> None:
     """Run SPEC's job to completion: create, wait, start, watch and recover; the CI babysitter.
 
@@ -207,7 +149,7 @@ def up(
       recovery.max_failures times; a maintenance event or reset is not a failure.
     - a crash loop (2 restarts without a new checkpoint) stops at once.
     - the done marker: delete the queued resource (unless --keep), exit 0.
-    Every decision goes to stderr with a UTC time and to the run's Journal in checkpoint.dir,
+    Every decision goes to stderr with a UTC time and to the run's journal in checkpoint.dir,
     so `tpuctl report` on any machine sees the same. Ctrl-C leaves everything running;
     `tpuctl up SPEC` again picks the running job up without restarting it.
 
@@ -215,33 +157,23 @@ def up(
     Exit codes: 0 done, 3 job failures exhausted or a crash loop, 4 a queueing or provisioning
     deadline, 6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 130 interrupted.
     """
-    from tpuctl.cloud.recovery import Babysitter, UpOptions
+    from tpuctl.jobs.up import Babysitter, up_options
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides)
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
-    location = resolve_location_for(project, zone, spec)
-    api = connect_api(location, impersonate)
-    settings = ssh_settings(app, **ssh)
-    if queue_timeout is None and spec.deadlines.queue is not None:
-        queue_timeout = spec.deadlines.queue.total_seconds()
-    if provision_timeout is None and spec.deadlines.provision is not None:
-        provision_timeout = spec.deadlines.provision.total_seconds()
-    resume = "tpuctl up " + " ".join(
-        shlex.quote(arg) for arg in [spec_path, *(f"--set={o}" for o in overrides)]
+    api = connect_api(resolve_location_for(project, zone, spec), impersonate)
+    settings = ssh_settings(
+        app,
+        user=user,
+        internal_ip=internal_ip,
+        ssh_port=ssh_port,
+        strict_host_key_checking=strict_host_key_checking,
     )
-    options = UpOptions(
-        keep=keep,
-        poll=poll,
-        job_check_every=job_check_every,
-        failure_confirm=failure_confirm,
-        queue_timeout=queue_timeout,
-        provision_timeout=provision_timeout,
-        keep_on_timeout=keep_on_timeout,
-        resume_hint=resume,
-    )
-    with _interrupts() as stop_flag:
+    resume = shlex.join(["tpuctl", "up", spec_path, *(f"--set={o}" for o in overrides)])
+    options = up_options(spec, resume_hint=resume, **tuning)
+    with interrupts() as stop_flag:
         babysitter = Babysitter(
             spec,
             api,
@@ -252,27 +184,7 @@ def up(
             stop_requested=stop_flag,
         )
         result = babysitter.run()
-    data = result.to_dict()
-    app.emit(data, _line(_up_summary(data)))
-
-
-def _up_summary(data: dict[str, Any]) -> str:
-    kept = "deleted" if data["deleted"] else "kept"
-    return (
-        f"{data['name']}: {data['outcome']} (latest step {data['latest_step']}); "
-        f"{data['preemptions']} preemptions, {data['failures']} job failures, "
-        f"{data['restarts']} restarts; queued resource {kept}"
-    )
-
-
-def _line(text: str) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        console.print(text, markup=False)
-
-    return draw
-
-
-# ------------------------------------------------------------------------------- drill
+    emit(result, views.up_view)
 
 
 @click.command()
@@ -323,16 +235,15 @@ def drill(
     *,
     target: str,
     overrides: tuple[str, ...],
-    kind: str,
-    worker: int,
-    slice_index: int | None,
-    timeout: float,
-    external_recovery: bool,
-    step_pattern: str | None,
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    **ssh: Any,
+    user: str | None,
+    internal_ip: bool,
+    ssh_port: int | None,
+    strict_host_key_checking: str,
+    slice_index: int | None,
+    **choices: Any,
 ) -> None:
     """Rehearse a disruption on a running job and check nothing was lost beyond what it allows.
 
@@ -350,109 +261,38 @@ def drill(
     since the last checkpoint before the event. Exit 1 with the numbers otherwise; 4 when the
     job is not back within --timeout.
     """
-    import re
-
     from tpuctl.cloud.resolve import EMULATOR_ENV, is_emulator
-    from tpuctl.resume.drill import Drill, DrillOptions
+    from tpuctl.jobs.drill import Drill, DrillOptions, check_kind
 
     app = app_context()
-    if kind != "maintenance" and not is_emulator():
-        raise UsageError(
-            f"--kind {kind} cannot be triggered against the real Cloud TPU API (no API preempts "
-            "a spot VM or breaks a slice on purpose)",
-            hint="use the emulator (TPU_EMULATOR_HOST), or --kind maintenance",
-        )
+    check_kind(choices["kind"], on_emulator=is_emulator())  # before any credentials are needed
     resolved = resolve_target(app, target, project, zone, overrides)
-    if kind == "preempt" and resolved.spec is None and not external_recovery:
-        raise UsageError(
-            "a preempt drill recreates the queued resource from its spec: give SPEC, "
-            "or --external-recovery when tpuctl up is babysitting it"
-        )
-    if step_pattern is not None:
-        from tpuctl.resume.logs import compile_step_pattern
-
-        try:
-            compile_step_pattern(step_pattern)
-        except re.error as error:
-            raise UsageError(f"--step-pattern is not a regular expression: {error}") from None
-        except ValueError as error:
-            raise UsageError(f"--step-pattern: {error}") from None
     api = connect_api(resolved.location, impersonate)
     admin = None
     if is_emulator():
         from tpuctl.emulator.admin import AdminClient
 
         admin = AdminClient(os.environ[EMULATOR_ENV])
-    settings = ssh_settings(app, **ssh)
-    options = DrillOptions(
-        kind=kind,  # type: ignore[arg-type]  # click.Choice checked it
-        worker=worker,
-        slice=slice_index,
-        timeout=timeout,
-        external_recovery=external_recovery,
-        step_pattern=step_pattern,
+    settings = ssh_settings(
+        app,
+        user=user,
+        internal_ip=internal_ip,
+        ssh_port=ssh_port,
+        strict_host_key_checking=strict_host_key_checking,
     )
     runner = Drill(
         api,
         resolved.name,
         resolved.spec,
         fleet_factory=_fleet_factory(app, api, resolved.name, settings),
-        options=options,
+        options=DrillOptions(slice=slice_index, **choices),
         admin=admin,
         journal=_journal(app, resolved.spec),
         on_event=_stamped(app),
     )
-    with _interrupts():
+    with interrupts():
         report = runner.run()
-    app.emit(report.to_dict(), _draw_drill(report))
-    if not report.ok:
-        sys.stderr.write(f"error: drill failed: {report.verdict}\n")
-        click.get_current_context().exit(1)
-
-
-def _draw_drill(report: DrillReport) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        table = Table(box=None, pad_edge=False, show_header=False)
-        table.add_column("what")
-        table.add_column("value")
-        rows = [
-            ("drill", f"{report.kind} on {report.name} (run {report.run})"),
-            ("autocheckpoint", "on" if report.autocheckpoint else "off"),
-            ("triggered", rfc3339(report.triggered_at) if report.triggered_at else "-"),
-            ("back after", _seconds(report.recovery_seconds)),
-            ("step at the event", _value(report.step_at_event)
-             + ("" if report.step_at_event_exact else " (lower bound)")),
-            ("checkpoint at that step", "yes" if report.checkpoint_at_event else "no"),
-            ("last checkpoint before", _value(report.last_checkpoint_before_event)),
-            ("resumed from step", _value(report.resumed_from)),
-            ("steps recomputed", _value(report.recomputed_steps)),
-            ("allowed", _value(report.allowed_steps)),
-            ("boots", _boots(report)),
-        ]  # fmt: skip
-        for what, value in rows:
-            table.add_row(what, value)
-        console.print(table)
-        for note in report.notes:
-            console.print(f"note: {note}", markup=False)
-        console.print(report.verdict, markup=False)
-
-    return draw
-
-
-def _boots(report: DrillReport) -> str:
-    return ", ".join(
-        f"{label} {report.boots_before.get(label)}→{boot}"
-        for label, boot in report.boots_after.items()
-    )
-
-
-def _value(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-# ------------------------------------------------------------------------------- report
+    emit(report, views.drill_view)
 
 
 @click.command()
@@ -472,7 +312,7 @@ def report(
     """The job's timeline as tpuctl saw it, and its infrastructure goodput.
 
     \b
-    Read from the run's Journal (in checkpoint.dir, written by `tpuctl up` and `tpuctl drill`)
+    Read from the run's journal (in checkpoint.dir, written by `tpuctl up` and `tpuctl drill`)
     and its checkpoint dir. A NAME works while the queued resource exists (its startup script
     names the checkpoint dir); afterwards give the SPEC.
 
@@ -488,145 +328,52 @@ def report(
     Start-up, data loading and checkpoint saves inside the job count as productive: only
     the training code can measure those.
     """
-    from tpuctl.resume.report import build_report
+    from tpuctl.jobs.report import report_for, spec_of_queued_resource
 
     app = app_context()
     if is_spec_path(target):
         spec = load_spec_warned(app, target, overrides)
     else:
         resolved = resolve_target(app, target, project, zone, overrides)
-        api = connect_api(resolved.location, impersonate)
-        spec = spec_from_queued_resource(api, resolved.name)
-    from tpuctl.resume.journal import Journal
+        spec = spec_of_queued_resource(connect_api(resolved.location, impersonate), resolved.name)
+    result = report_for(spec)
+    if not result.entries:
+        app.warn(f"the journal of run {result.run} is empty: was it started with tpuctl up?")
+    emit(result, views.report_view)
 
-    journal = Journal(spec)
-    if not journal.enabled:
+
+@click.command()
+@click.argument("location", metavar="DIR|SPEC")
+@set_option
+@output_option
+def checkpoints(location: str, overrides: tuple[str, ...]) -> None:
+    """Show the Orbax checkpoints in DIR (a path or gs:// URL) or in a spec's checkpoint dir.
+
+    Lists every step folder (complete or not, when it was committed, how long the save took),
+    then the latest complete step a restart resumes from, unfinished saves and stale tmp
+    folders. Exit 5 when the directory does not exist, 2 for a spec without checkpoint.dir.
+    """
+    from tpuctl.storage.checkpoints import inspect_checkpoints, resolve_checkpoint_location
+
+    app = app_context()
+    if _is_checkpoint_spec(location):
+        spec = load_spec_warned(app, location, overrides)
+        url = resolve_checkpoint_location(spec)
+        if not url.startswith(("gs://", "/")):
+            app.warn(f"{url} is a path on each worker; reading it on this machine instead")
+    elif overrides:
         raise UsageError(
-            f"{spec.name} has no checkpoint.dir, so it has no Journal to report from",
-            hint="set checkpoint.dir in the spec (a gs:// bucket) and run it with tpuctl up",
+            "--set applies to a spec, not to a directory", hint=f"{location} is no spec"
         )
-    entries = journal.entries()
-    latest_step, step_seconds = _checkpoint_facts(spec)
-    run = spec.job.run_name if spec.job is not None and spec.job.run_name else spec.name
-    result = build_report(
-        entries,
-        name=spec.name,
-        run=run,
-        latest_step=latest_step,
-        checkpoint_step_seconds=step_seconds,
-    )
-    if not entries:
-        app.warn(f"the Journal of run {run} is empty: was it started with tpuctl up?")
-    app.emit(result.to_dict(), _draw_report(result))
+    else:
+        url = location
+    emit(inspect_checkpoints(url), views.checkpoints_view)
 
 
-def _checkpoint_facts(spec: Spec) -> tuple[int | None, float | None]:
-    from tpuctl.resume.checkpoints import checkpoint_root, inspect_checkpoints
-    from tpuctl.resume.report import checkpoint_step_seconds
-
-    root = checkpoint_root(spec)
-    if root is None:
-        return None, None
-    try:
-        found = inspect_checkpoints(root)
-    except TpuctlError:
-        return None, None
-    commits = [(folder.step, folder.committed_at) for folder in found.steps if folder.complete]
-    return found.latest_step, checkpoint_step_seconds(commits)
-
-
-def spec_from_queued_resource(api: TpuApi, name: str) -> Spec:
-    """The spec facts a report needs (checkpoint dir, run name, framework), read back from the
-    startup script in the queued resource's node template."""
-    from tpuctl.spec.model import CheckpointSpec, JobSpec, Spec, TpuSpec
-
-    queued_resource = api.get_queued_resource(name)
-    values: dict[str, str] = {}
-    accelerator = "unknown"
-    for node_spec in queued_resource.tpu.node_spec:
-        node = node_spec.node
-        accelerator = node.accelerator_type or accelerator
-        script = node.metadata.get("startup-script", "")
-        for line in script.splitlines():
-            key, sep, _rest = line.partition("=")
-            if sep and key in ("RUN_NAME", "CHECKPOINT_DIR_SPEC", "FRAMEWORK", "SPEC_NAME"):
-                try:
-                    words = shlex.split(line)
-                except ValueError:
-                    continue
-                if len(words) == 1:
-                    values[key] = words[0].partition("=")[2]
-    directory = values.get("CHECKPOINT_DIR_SPEC")
-    if not directory or "RUN_NAME" not in values or not directory.startswith(("gs://", "/")):
-        raise UsageError(
-            f"cannot tell the checkpoint dir of {name} from its queued resource",
-            hint="give the spec file instead of the name",
-        )
-    framework = values.get("FRAMEWORK", "custom")
-    return Spec(
-        name=values.get("SPEC_NAME", name),
-        tpu=TpuSpec(accelerator=accelerator, runtime="unknown"),
-        checkpoint=CheckpointSpec(dir=directory),
-        job=JobSpec(command="", run_name=values["RUN_NAME"], framework=framework),  # type: ignore[arg-type]
-        source=name,
-    )
-
-
-def _draw_report(result: JobReport) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        data = result.to_dict()
-        goodput = data["goodput"]
-        console.print(
-            f"{result.name} (run {result.run}): {result.status}; "
-            f"{_seconds(result.total_seconds)} from {rfc3339(result.started_at)} to "
-            f"{rfc3339(result.ended_at)}; latest step {_value(result.latest_step)}",
-            markup=False,
-        )
-        timeline = Table(box=None, pad_edge=False, title=None)
-        for column in ("PHASE", "FROM", "TO", "DURATION"):
-            timeline.add_column(column)
-        for phase in result.timeline:
-            timeline.add_row(
-                phase.phase, rfc3339(phase.start), rfc3339(phase.end), _seconds(phase.seconds)
-            )
-        console.print(timeline)
-        if result.disruptions:
-            table = Table(box=None, pad_edge=False)
-            for column in ("DISRUPTION", "DETECTED", "RUNNING AGAIN", "RECOVERY", "RECOMPUTED"):
-                table.add_column(column)
-            for item in result.disruptions:
-                table.add_row(
-                    item.kind,
-                    rfc3339(item.detected_at),
-                    rfc3339(item.running_again_at) if item.running_again_at else "-",
-                    _seconds(item.recovery_seconds),
-                    _value(item.recomputed_steps),
-                )
-            console.print(table)
-        else:
-            console.print("no disruptions", markup=False)
-        buckets = Table(box=None, pad_edge=False)
-        for column in ("BUCKET", "TIME", "SHARE"):
-            buckets.add_column(column)
-        for key, seconds in data["badput"].items():
-            share = data["badput_fraction"][key]
-            buckets.add_row(
-                key.replace("_", " "), _seconds(seconds), "-" if share is None else f"{share:.1%}"
-            )
-        buckets.add_row(
-            "productive",
-            _seconds(result.productive_seconds),
-            "-" if goodput is None else f"{goodput:.1%}",
-        )
-        console.print(buckets)
-        console.print(
-            "goodput " + ("-" if goodput is None else f"{goodput:.3f}")
-            + (f" (mean step {result.step_seconds:.3f}s)" if result.step_seconds else ""),
-            markup=False,
-        )  # fmt: skip
-        for note in result.notes:
-            console.print(f"note: {note}", markup=False)
-
-    return draw
+def _is_checkpoint_spec(argument: str) -> bool:
+    """A job spec is a file; a checkpoint location is a directory or a gs:// URL."""
+    if argument.startswith("gs://"):
+        return False
+    if os.path.isfile(argument):
+        return True
+    return argument.endswith((".yaml", ".yml")) and not os.path.isdir(argument)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tpuctl.cli.context import AppContext, rfc3339
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -25,6 +21,8 @@ from tpuctl.cli.options import (
     worker_ssh_options,
     yes_option,
 )
+from tpuctl.cli.output import emit
+from tpuctl.cli.progress import WaitProgress
 from tpuctl.cli.targets import (
     Target,
     connect_api,
@@ -32,19 +30,15 @@ from tpuctl.cli.targets import (
     resolve_location_for,
     resolve_target,
 )
+from tpuctl.cli.views import lifecycle as views
+from tpuctl.cloud.watcher import TARGETS
 from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tpuctl.cloud.lifecycle import WaitOptions
-    from tpuctl.cloud.watcher import WatchEvent
-    from tpuctl.fanout.operations import SshSettings
     from tpuctl.spec.model import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
-WAIT_TARGETS = ("ACTIVE", "PROVISIONING", "WAITING_FOR_RESOURCES", "SUSPENDED", "FAILED", "DELETED")
-# ----------------------------------------------------------------------------- shared options
 
 
 def wait_options(func: F) -> F:
@@ -75,7 +69,7 @@ def wait_options(func: F) -> F:
         ),
         click.option(
             "--until",
-            type=click.Choice(WAIT_TARGETS),
+            type=click.Choice(TARGETS),
             default="ACTIVE",
             show_default=True,
             help="The state to wait for.",
@@ -86,183 +80,23 @@ def wait_options(func: F) -> F:
     return func
 
 
-# ------------------------------------------------------------------------------ resolution
-
-
-def _wait_options(
-    spec: Spec | None,
-    *,
-    until: str,
-    queue_timeout: float | None,
-    provision_timeout: float | None,
-    keep_on_timeout: bool,
-    delete_on_interrupt: bool,
-) -> WaitOptions:
+def _wait_options(spec: Spec | None, **flags: Any) -> WaitOptions:
+    """WaitOptions from wait_options' flags, the spec's deadlines filling what they leave."""
     from tpuctl.cloud.lifecycle import WaitOptions
     from tpuctl.cloud.watcher import WatchPolicy
 
+    queue, provision = flags["queue_timeout"], flags["provision_timeout"]
     if spec is not None:
-        if queue_timeout is None and spec.deadlines.queue is not None:
-            queue_timeout = spec.deadlines.queue.total_seconds()
-        if provision_timeout is None and spec.deadlines.provision is not None:
-            provision_timeout = spec.deadlines.provision.total_seconds()
-    policy = WatchPolicy(
-        until=until, queue_timeout=queue_timeout, provision_timeout=provision_timeout
-    )
+        if queue is None and spec.deadlines.queue is not None:
+            queue = spec.deadlines.queue.total_seconds()
+        if provision is None and spec.deadlines.provision is not None:
+            provision = spec.deadlines.provision.total_seconds()
+    policy = WatchPolicy(until=flags["until"], queue_timeout=queue, provision_timeout=provision)
     return WaitOptions(
-        policy=policy, keep_on_timeout=keep_on_timeout, delete_on_interrupt=delete_on_interrupt
+        policy=policy,
+        keep_on_timeout=flags["keep_on_timeout"],
+        delete_on_interrupt=flags["delete_on_interrupt"],
     )
-
-
-# ------------------------------------------------------------------------------- progress
-
-
-class Progress:
-    """Prints each state change with its UTC time to stderr; a live line only on a terminal."""
-
-    def __init__(self, app: AppContext, name: str) -> None:
-        self.app = app
-        self.name = name
-        self.live = sys.stderr.isatty() and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        self._status: Any = None
-
-    def __call__(self, event: WatchEvent) -> None:
-        if event.kind == "state":
-            arrow = f"{event.previous} → {event.state}" if event.previous else event.state
-            self.app.info(f"{rfc3339(event.at)} {self.name}: {arrow}")
-        elif event.kind == "warning":
-            self.app.warn(f"{self.name}: {event.message}")
-        if self._status is not None:
-            self._status.update(
-                f"{self.name}: {event.state} for {_human_seconds(event.in_state)} "
-                f"(waiting {_human_seconds(event.elapsed)})"
-            )
-
-    @contextmanager
-    def shown(self) -> Iterator[Progress]:
-        """The live status line (a rich spinner) while waiting, then SIGTERM handled as Ctrl-C."""
-        with _sigterm_as_interrupt():
-            if not self.live:
-                yield self
-                return
-            with self.app.stderr.status(f"{self.name}: …") as status:
-                self._status = status
-                try:
-                    yield self
-                finally:
-                    self._status = None
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A CI runner cancelling the job sends SIGTERM: treat it like Ctrl-C (report, clean up)."""
-
-    def handler(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _human_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    total = int(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-# ------------------------------------------------------------------------------ rendering
-
-
-def _draw_status(summary: dict[str, Any]) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        since = summary.get("state_since")
-        when = f" for {_human_seconds(summary.get('in_state_seconds'))}" if since else ""
-        line = f"{summary['name']}: {summary['state']}{when}"
-        if summary.get("state_initiator"):
-            line += f" (initiated by {summary['state_initiator']})"
-        console.print(line, markup=False)
-        console.print(
-            f"  {summary['accelerator']} × {summary['slices']} slice(s), {summary['tier']}, "
-            f"runtime {summary['runtime']}, created "
-            f"{rfc3339(summary['create_time']) if summary.get('create_time') else '?'}",
-            markup=False,
-        )
-        failure = summary.get("failure")
-        if failure:
-            console.print(f"  failed: {failure.get('message')}", markup=False)
-        table = Table(box=None, pad_edge=False)
-        for column in ("SLICE", "NODE", "STATE", "HEALTH", "WORKER", "INTERNAL IP", "EXTERNAL IP"):
-            table.add_column(column)
-        for index, node in enumerate(summary["nodes"]):
-            workers = node["workers"] or [{"worker": "-", "internal_ip": None, "external_ip": None}]
-            for worker in workers:
-                table.add_row(
-                    str(index),
-                    node["name"],
-                    node["state"] or "-",
-                    node["health"] or "-",
-                    str(worker["worker"]),
-                    worker["internal_ip"] or "-",
-                    worker["external_ip"] or "-",
-                )
-        if summary["nodes"]:
-            console.print(table)
-
-    return draw
-
-
-def _draw_list(result: dict[str, Any]) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        rows = result["queued_resources"]
-        if not rows:
-            scope = "queued resources" if result["all"] else "tpuctl queued resources"
-            console.print(f"no {scope} in {result['project']}/{result['zone']}", markup=False)
-            return
-        table = Table(box=None, pad_edge=False)
-        for column in ("NAME", "STATE", "ACCELERATOR", "SLICES", "TIER", "CREATED", "JOB"):
-            table.add_column(column)
-        for row in rows:
-            created = row.get("create_time")
-            table.add_row(
-                row["name"],
-                row["state"],
-                row["accelerator"],
-                str(row["slices"]),
-                row["tier"],
-                rfc3339(created) if created else "-",
-                row["job"] or "-",
-            )
-        console.print(table)
-
-    return draw
-
-
-def _line(text: str) -> Callable[[Console], None]:
-    def draw(console: Console) -> None:
-        console.print(text, markup=False)
-
-    return draw
-
-
-# -------------------------------------------------------------------------------- commands
 
 
 @click.command()
@@ -282,12 +116,8 @@ def create(
     zone: str | None,
     impersonate: str | None,
     wait_after: bool,
-    until: str,
-    queue_timeout: float | None,
-    provision_timeout: float | None,
-    keep_on_timeout: bool,
-    delete_on_interrupt: bool,
     dry_run: bool,
+    **waiting: Any,
 ) -> None:
     """Create the queued resource SPEC describes; succeed if it already exists from this spec.
 
@@ -295,72 +125,36 @@ def create(
     With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling).
     """
     from tpuctl.cloud import lifecycle
+    from tpuctl.cloud.results import CreateResult
+    from tpuctl.jobs.provision import create_request
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides)
     location = resolve_location_for(project, zone, spec)
-    plan = lifecycle.plan_create(spec, project=location.project, zone=location.zone)
+    request = create_request(spec, location)
     if dry_run:
         from tpuctl.render.request import request_as_dict
 
-        result = _create_result("dry_run", plan.name, plan.request_id, None)
-        result["request"] = request_as_dict(plan.request)
-        app.info(f"dry run: would create {location.queued_resource_name(plan.name)}")
-        app.emit(result, _line(_json(result["request"])))
+        app.info(f"dry run: would create {location.queued_resource_name(spec.name)}")
+        result = CreateResult("dry_run", spec.name, request.request_id)
+        result.request = request_as_dict(request)
+        emit(result, views.create_view)
         return
     api = connect_api(location, impersonate)
-    created = lifecycle.create(api, plan, delete_on_interrupt=delete_on_interrupt)
-    verb = "created" if created["action"] == "created" else "already exists from this spec:"
-    app.info(f"{verb} {plan.name} ({created['queued_resource']['state']})")
-    result = _create_result(
-        created["action"], plan.name, created["request_id"], created["queued_resource"]
-    )
+    options = _wait_options(spec, **waiting)
     if wait_after:
-        options = _wait_options(
-            spec,
-            until=until,
-            queue_timeout=queue_timeout,
-            provision_timeout=provision_timeout,
-            keep_on_timeout=keep_on_timeout,
-            delete_on_interrupt=delete_on_interrupt,
-        )
-        try:
-            with Progress(app, plan.name).shown() as progress:
-                result["wait"] = lifecycle.wait(api, plan.name, options, on_event=progress)
-        except KeyboardInterrupt:
-            # Between create and the first poll: same report as during the wait.
-            state = lifecycle.observe(api, plan.name) if not delete_on_interrupt else None
-            raise lifecycle.interrupted(
-                api, plan.name, state, delete_on_interrupt, during="waiting for"
-            ) from None
-        result["queued_resource"] = result["wait"]["queued_resource"]
+        with WaitProgress(app, spec.name).shown() as progress:
+            result = lifecycle.create_and_wait(api, request, options, on_event=progress)
+    else:
+        result = lifecycle.create(api, request, delete_on_interrupt=options.delete_on_interrupt)
+    state = result.queued_resource.state if result.queued_resource else "?"
+    app.info(f"{'created' if result.action == 'created' else 'exists:'} {spec.name} ({state})")
     if spec.job is not None and spec.job.code and not spec.job.code.startswith("gs://"):
-        # The startup script cannot fetch a local directory: the job waits until tpuctl
-        # delivers it over SSH, which create does not do.
         app.info(
             f"note: job.code {spec.job.code} is local, so the job starts once it is delivered: "
             f"run `tpuctl up {spec_path}` (delivers it, then babysits the job)"
         )
-    app.emit(result, _draw_status(result["queued_resource"]))
-
-
-def _create_result(
-    action: str, name: str, request_id: str | None, summary: dict[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "action": action,
-        "name": name,
-        "request_id": request_id,
-        "queued_resource": summary,
-        "request": None,
-        "wait": None,
-    }
-
-
-def _json(data: Any) -> str:
-    from tpuctl.cli.context import to_json
-
-    return to_json(data)
+    emit(result, views.create_view)
 
 
 @click.command()
@@ -388,71 +182,20 @@ def status(
 ) -> None:
     """State of a queued resource (how long in it, who caused it, why it failed), its slices,
     nodes, health and every worker's addresses."""
-    from tpuctl.cloud import lifecycle
+    from tpuctl.cloud import queries
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
     api = connect_api(resolved.location, impersonate)
-    summary = lifecycle.status(api, resolved.name)
-    if not show_jobs:
-        app.emit(summary, _draw_status(summary))
-        return
-    summary["jobs"] = _job_statuses(app, api, resolved, summary, ssh_settings(app, **ssh))
-    app.emit(summary, _draw_status_and_jobs(summary))
+    summary = queries.status(api, resolved.name)
+    if show_jobs:
+        from tpuctl.jobs.control import jobs_of
 
-
-# ---------------------------------------------------------------------- status --jobs
-
-
-def _job_statuses(
-    app: AppContext, api: Any, resolved: Target, summary: dict[str, Any], settings: SshSettings
-) -> list[dict[str, Any]]:
-    """Every worker's startup-script job (tpuctl.fanout.jobs), or [] when there are no workers."""
-    from tpuctl.fanout import jobs
-    from tpuctl.fanout.operations import prepare_fleet
-
-    run_name = jobs.resolve_run_name(api, resolved.name, resolved.spec)
-    if summary["state"] != "ACTIVE":
-        app.warn(f"{resolved.name} is {summary['state']}: no workers to read the job from")
-        return []
-    fleet = prepare_fleet(api, resolved.name, settings, on_progress=app.info)
-    return [status.to_dict() for status in jobs.job_status_for_run(fleet, run_name)]
-
-
-def _draw_status_and_jobs(summary: dict[str, Any]) -> Callable[[Console], None]:
-    draw_status = _draw_status(summary)
-
-    def draw(console: Console) -> None:
-        from rich.table import Table
-
-        draw_status(console)
-        if not summary["jobs"]:
-            return
-        table = Table(box=None, pad_edge=False, title="job", title_justify="left")
-        columns = ("SLICE", "WORKER", "STATE", "BOOT", "PID", "STARTED", "EXIT", "HEARTBEAT")
-        for column in (*columns, "REASON / ERROR"):
-            table.add_column(column, overflow="fold")
-        for job in summary["jobs"]:
-            pid = (
-                "-"
-                if job["pid"] is None
-                else f"{job['pid']}{'' if job['trainer_alive'] else ' (gone)'}"
-            )
-            age = job["heartbeat_age_s"]
-            table.add_row(
-                str(job["slice"]),
-                str(job["worker"]),
-                job["state"],
-                "-" if job["boot"] is None else str(job["boot"]),
-                pid,
-                job["started"] or "-",
-                "-" if job["exit_code"] is None else str(job["exit_code"]),
-                "-" if age is None else f"{_human_seconds(age)} ago",
-                job["error"] or job["reason"] or "",
-            )
-        console.print(table)
-
-    return draw
+        settings = ssh_settings(app, **ssh)
+        summary.jobs = jobs_of(api, summary, resolved.spec, settings, on_progress=app.info)
+        if summary.state != "ACTIVE":
+            app.warn(f"{resolved.name} is {summary.state}: no workers to read the job from")
+    emit(summary, views.status_view)
 
 
 @click.command("list")
@@ -464,12 +207,10 @@ def list_command(
     *, include_all: bool, project: str | None, zone: str | None, impersonate: str | None
 ) -> None:
     """List tpuctl's queued resources in the zone (every one with --all)."""
-    from tpuctl.cloud import lifecycle
+    from tpuctl.cloud import queries
 
-    app = app_context()
     api = connect_api(resolve_location_for(project, zone, None), impersonate)
-    result = lifecycle.list_queued_resources(api, include_all=include_all)
-    app.emit(result, _draw_list(result))
+    emit(queries.list_queued_resources(api, include_all=include_all), views.list_view)
 
 
 @click.command()
@@ -484,11 +225,7 @@ def wait(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    until: str,
-    queue_timeout: float | None,
-    provision_timeout: float | None,
-    keep_on_timeout: bool,
-    delete_on_interrupt: bool,
+    **waiting: Any,
 ) -> None:
     """Wait for a state (ACTIVE by default) with separate queueing and provisioning deadlines.
 
@@ -501,18 +238,10 @@ def wait(
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
     api = connect_api(resolved.location, impersonate)
-    options = _wait_options(
-        resolved.spec,
-        until=until,
-        queue_timeout=queue_timeout,
-        provision_timeout=provision_timeout,
-        keep_on_timeout=keep_on_timeout,
-        delete_on_interrupt=delete_on_interrupt,
-    )
-    with Progress(app, resolved.name).shown() as progress:
+    options = _wait_options(resolved.spec, **waiting)
+    with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.wait(api, resolved.name, options, on_event=progress)
-    summary = result["queued_resource"]
-    app.emit(result, _draw_status(summary) if summary else _line(f"{resolved.name}: gone"))
+    emit(result, views.wait_view)
 
 
 @click.command()
@@ -539,11 +268,11 @@ def reset(
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
     api = connect_api(resolved.location, impersonate)
-    with Progress(app, resolved.name).shown() as progress:
+    with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.reset(
             api, resolved.name, wait_for_active=wait_after, timeout=timeout, on_event=progress
         )
-    app.emit(result, _line(f"{resolved.name}: {result['action'].replace('_', ' ')}"))
+    emit(result, views.reset_view)
 
 
 @click.command()
@@ -580,7 +309,7 @@ def delete(
     if not yes:
         _confirm_delete(resolved, force)
     api = connect_api(resolved.location, impersonate)
-    with Progress(app, resolved.name).shown() as progress:
+    with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.delete(
             api,
             resolved.name,
@@ -590,12 +319,7 @@ def delete(
             timeout=timeout,
             on_event=progress,
         )
-    messages = {
-        "deleted": f"deleted {resolved.name}",
-        "delete_requested": f"delete of {resolved.name} requested",
-        "missing": f"{resolved.name} does not exist; nothing to delete",
-    }
-    app.emit(result, _line(messages[result["action"]]))
+    emit(result, views.delete_view)
 
 
 def _confirm_delete(resolved: Target, force: bool) -> None:

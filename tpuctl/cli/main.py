@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from tpuctl import __version__
-from tpuctl.cli.context import FORMATS, AppContext, to_json
-from tpuctl.errors import ExitCode, TpuctlError
+from tpuctl.cli.context import FORMATS, AppContext
+from tpuctl.errors import ExitCode, Interrupted, TpuctlError
 
 # name -> (module, attribute, one-line help). Modules are imported only when the command runs,
 # so `tpuctl --help` never imports grpc, google.cloud, paramiko or rich.
@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "status",
         "State of a queued resource, its slices, nodes and workers.",
     ),
-    "describe": ("tpuctl.cli.lifecycle_commands", "status", "Same as status."),
+    "describe": ("tpuctl.cli.lifecycle_commands", "status", "Same as status (gcloud's verb)."),
     "list": ("tpuctl.cli.lifecycle_commands", "list_command", "List tpuctl's queued resources."),
     "wait": (
         "tpuctl.cli.lifecycle_commands",
@@ -88,7 +88,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Start a spec's job on an ACTIVE queued resource (the multihost_runner workflow).",
     ),
     "checkpoints": (
-        "tpuctl.cli.resume_commands",
+        "tpuctl.cli.job_commands",
         "checkpoints",
         "Orbax checkpoints in a directory or a spec's checkpoint dir: latest step, unfinished.",
     ),
@@ -141,48 +141,51 @@ class LazyGroup(click.Group):
     default="table",
     envvar="TPUCTL_FORMAT",
     show_default=True,
-    help="Output format: a table for people, json or yaml for scripts.",
+    help="Output: a table for people (wide: every column), json or yaml for scripts.",
 )
+@click.option("--quiet", "-q", is_flag=True, default=False, help="No progress or notes on stderr.")
 @click.option("--debug", is_flag=True, default=False, help="Show tracebacks for errors.")
 @click.pass_context
-def cli(ctx: click.Context, output_format: str, debug: bool) -> None:
+def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> None:
     """Orchestrate Google Cloud TPU Queued Resources from one YAML job spec.
 
     Exit codes: 0 ok, 1 error, 2 invalid usage or spec, 3 a command failed on some workers,
     4 deadline passed, 5 not found, 6 the queued resource FAILED, 7 preempted or suspended,
     8 authentication or permission, 10 workers unreachable, 130 interrupted.
     """
-    ctx.obj = AppContext(output=output_format, debug=debug)  # type: ignore[arg-type]
+    ctx.obj = AppContext(output=output_format, debug=debug, quiet=quiet)  # type: ignore[arg-type]
 
 
-def _wants_json(argv: list[str]) -> bool:
-    """The output mode for errors raised before (or while) options were parsed."""
+def machine_format(argv: list[str]) -> str | None:
+    """`json` or `yaml` when asked for (errors raised before or while options were parsed
+    must honour it too), else None."""
+    chosen = os.environ.get("TPUCTL_FORMAT")
     for index, arg in enumerate(argv):
+        if arg == "--":
+            break
         if arg == "--format" and index + 1 < len(argv):
-            return argv[index + 1] in ("json", "yaml")
-        if arg.startswith("--format="):
-            return arg.split("=", 1)[1] in ("json", "yaml")
-    return os.environ.get("TPUCTL_FORMAT") in ("json", "yaml")
+            chosen = argv[index + 1]
+        elif arg.startswith("--format="):
+            chosen = arg.split("=", 1)[1]
+    return chosen if chosen in ("json", "yaml") else None
 
 
-def _report(error: TpuctlError, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(to_json({"error": error.to_dict()}) + "\n")
-        sys.stdout.flush()
-    sys.stderr.write(f"error: {error.one_line()}\n")
+def _report(error: TpuctlError, machine: str | None) -> None:
+    from tpuctl.cli.output import emit_error
+
+    emit_error(error, machine=machine)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and map every outcome to a documented exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    as_json = _wants_json(args)
-    debug = "--debug" in args
-    code = run(args, as_json=as_json, debug=debug)
-    sys.exit(code)
+    sys.exit(run(args))
 
 
-def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
+def run(args: list[str]) -> int:
     """The error boundary: library errors become one line (or a JSON object) and an exit code."""
+    machine = machine_format(args)
+    debug = "--debug" in args[: args.index("--")] if "--" in args else "--debug" in args
     try:
         # A command that has already printed its result ends with ctx.exit(code); without
         # standalone mode click returns that code here instead of exiting.
@@ -192,19 +195,17 @@ def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
             import traceback
 
             traceback.print_exc()
-        _report(error, as_json)
+        _report(error, machine)
         return int(error.exit_code)
-    except click.exceptions.Abort:
-        sys.stderr.write("interrupted\n")
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Every exit path prints its one document: a script reading JSON gets this one.
+        _report(Interrupted("interrupted"), machine)
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as error:
-        _report(_from_click(error), as_json)
+        _report(_from_click(error), machine)
         return int(ExitCode.USAGE)
     except click.exceptions.Exit as done:
         return int(done.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # `tpuctl … | head`: the reader left; not an error of ours.
         _silence_stdout()
@@ -216,7 +217,7 @@ def run(args: list[str], *, as_json: bool = False, debug: bool = False) -> int:
             f"internal error: {type(error).__name__}: {error}",
             hint="rerun with --debug for the traceback and report it",
         )
-        _report(internal, as_json)
+        _report(internal, machine)
         return int(ExitCode.ERROR)
     return outcome if isinstance(outcome, int) and not isinstance(outcome, bool) else 0
 

@@ -42,7 +42,7 @@ def output_option(func: F) -> F:
         expose_value=False,
         is_eager=True,
         callback=_set_format,
-        help="Output format: a table for people, json or yaml for scripts.",
+        help="Output: a table for people (wide: every column), json or yaml for scripts.",
     )(func)
 
 

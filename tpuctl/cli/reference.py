@@ -78,7 +78,7 @@ def cli_reference_markdown() -> str:
 
 
 def spec_reference_markdown() -> str:
-    from tpuctl.spec.fields import reference_markdown
+    from tpuctl.spec.schema import reference_markdown
 
     text = reference_markdown()
     return text if text.endswith("\n") else text + "\n"

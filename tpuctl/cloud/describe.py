@@ -1,16 +1,17 @@
-"""Queued resources and nodes (v2alpha1 protos) → the plain dicts tpuctl prints and compares.
+"""Queued resources and nodes (v2alpha1 protos) → the typed objects tpuctl prints and compares.
 
-Pure: no API calls. The shapes here are the documented JSON of status, list and create
+Pure: no API calls. The shapes here are the documented JSON of status and list
 (docs/output.md); a contract test pins their keys.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
-from tpuctl.render.request import JOB_LABEL, MANAGED_BY_LABEL, SPEC_HASH_LABEL
+from tpuctl.envelope import Result
+from tpuctl.worker import JOB_LABEL, MANAGED_BY_LABEL, MANAGER, SPEC_HASH_LABEL
 
 UNSET_ENUMS = frozenset({"STATE_UNSPECIFIED", "STATE_INITIATOR_UNSPECIFIED", "HEALTH_UNSPECIFIED"})
 
@@ -134,33 +135,95 @@ def state_since(
     return created, "create_time"
 
 
-def worker_of(index: int, endpoint: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WorkerAddress:
+    worker: int
+    internal_ip: str | None
+    external_ip: str | None
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One slice's node; a node not created yet has `state` None and no workers."""
+
+    name: str
+    state: str | None = None
+    health: str | None = None
+    health_description: str | None = None
+    accelerator: str | None = None
+    workers: list[WorkerAddress] = field(default_factory=list)
+
+
+@dataclass
+class QueuedResourceStatus(Result):
+    """The `status` object (docs/output.md): one stable shape, embedded by create and wait."""
+
+    KIND: ClassVar[str] = "QueuedResource"
+    name: str
+    resource: str
+    project: str
+    zone: str
+    state: str
+    state_initiator: str | None
+    state_since: datetime | None
+    state_since_source: str
+    in_state_seconds: float | None
+    create_time: datetime | None
+    failure: dict[str, Any] | None
+    tier: str
+    reservation: str | None
+    accelerator: str
+    runtime: str
+    slices: int
+    managed_by_tpuctl: bool
+    job: str | None
+    spec_hash: str | None
+    nodes: list[NodeSummary]
+    # Every worker's job (`status --jobs`, read over SSH by tpuctl.jobs); None otherwise.
+    jobs: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class QueuedResourceEntry:
+    """One row of `tpuctl list`."""
+
+    name: str
+    state: str
+    state_initiator: str | None
+    accelerator: str
+    slices: int
+    tier: str
+    create_time: datetime | None
+    managed_by_tpuctl: bool
+    job: str | None
+    zone: str | None = None
+
+
+@dataclass
+class QueuedResourceList(Result):
+    KIND: ClassVar[str] = "QueuedResourceList"
+    project: str
+    zone: str
+    all: bool
+    queued_resources: list[QueuedResourceEntry]
+
+
+def worker_of(index: int, endpoint: Any) -> WorkerAddress:
     external = endpoint.access_config.external_ip if endpoint.access_config else ""
-    return {
-        "worker": index,
-        "internal_ip": endpoint.ip_address or None,
-        "external_ip": external or None,
-    }
+    return WorkerAddress(index, endpoint.ip_address or None, external or None)
 
 
-def node_summary(node_id: str, node: Any | None) -> dict[str, Any]:
+def node_summary(node_id: str, node: Any | None) -> NodeSummary:
     if node is None:
-        return {
-            "name": node_id,
-            "state": None,
-            "health": None,
-            "health_description": None,
-            "accelerator": None,
-            "workers": [],
-        }
-    return {
-        "name": short_name(node.name) or node_id,
-        "state": enum_name(node.state),
-        "health": enum_name(node.health),
-        "health_description": node.health_description or None,
-        "accelerator": node.accelerator_type or None,
-        "workers": [worker_of(i, ep) for i, ep in enumerate(node.network_endpoints)],
-    }
+        return NodeSummary(name=node_id)
+    return NodeSummary(
+        name=short_name(node.name) or node_id,
+        state=enum_name(node.state),
+        health=enum_name(node.health),
+        health_description=node.health_description or None,
+        accelerator=node.accelerator_type or None,
+        workers=[worker_of(i, ep) for i, ep in enumerate(node.network_endpoints)],
+    )
 
 
 def queued_resource_summary(
@@ -170,8 +233,8 @@ def queued_resource_summary(
     zone: str,
     nodes: dict[str, Any | None] | None = None,
     now: datetime | None = None,
-) -> dict[str, Any]:
-    """The `status` object: one stable shape (docs/output.md)."""
+) -> QueuedResourceStatus:
+    """The `status` object of a queued resource and its nodes (by node id)."""
     moment = now or datetime.now(timezone.utc)
     template = template_of(queued_resource)
     node_map = nodes or {}
@@ -180,48 +243,49 @@ def queued_resource_summary(
     labels = template.labels
     # max(0): the service's clock may run a little ahead of ours.
     in_state = round(max(0.0, (moment - since).total_seconds()), 1) if since else None
-    return {
-        "name": short_name(queued_resource.name),
-        "resource": queued_resource.name,
-        "project": project,
-        "zone": zone,
-        "state": state_name(queued_resource),
-        "state_initiator": enum_name(queued_resource.state.state_initiator),
-        "state_since": since,
-        "state_since_source": since_source,
-        "in_state_seconds": in_state,
-        "create_time": timestamp(queued_resource.create_time),
-        "failure": failure_of(queued_resource),
-        "tier": template.tier,
-        "reservation": template.reservation,
-        "accelerator": template.accelerator,
-        "runtime": template.runtime,
-        "slices": template.slices,
-        "managed_by_tpuctl": labels.get(MANAGED_BY_LABEL) == "tpuctl",
-        "job": labels.get(JOB_LABEL),
-        "spec_hash": labels.get(SPEC_HASH_LABEL),
-        "nodes": [node_summary(node_id, node_map.get(node_id)) for node_id in template.node_ids],
-    }
+    return QueuedResourceStatus(
+        name=short_name(queued_resource.name),
+        resource=queued_resource.name,
+        project=project,
+        zone=zone,
+        state=state_name(queued_resource),
+        state_initiator=enum_name(queued_resource.state.state_initiator),
+        state_since=since,
+        state_since_source=since_source,
+        in_state_seconds=in_state,
+        create_time=timestamp(queued_resource.create_time),
+        failure=failure_of(queued_resource),
+        tier=template.tier,
+        reservation=template.reservation,
+        accelerator=template.accelerator,
+        runtime=template.runtime,
+        slices=template.slices,
+        managed_by_tpuctl=labels.get(MANAGED_BY_LABEL) == MANAGER,
+        job=labels.get(JOB_LABEL),
+        spec_hash=labels.get(SPEC_HASH_LABEL),
+        nodes=[node_summary(node_id, node_map.get(node_id)) for node_id in template.node_ids],
+    )
 
 
-def list_entry(queued_resource: Any) -> dict[str, Any]:
+def list_entry(queued_resource: Any, zone: str | None = None) -> QueuedResourceEntry:
     """One row of `tpuctl list`."""
     template = template_of(queued_resource)
-    return {
-        "name": short_name(queued_resource.name),
-        "state": state_name(queued_resource),
-        "state_initiator": enum_name(queued_resource.state.state_initiator),
-        "accelerator": template.accelerator,
-        "slices": template.slices,
-        "tier": template.tier,
-        "create_time": timestamp(queued_resource.create_time),
-        "managed_by_tpuctl": template.labels.get(MANAGED_BY_LABEL) == "tpuctl",
-        "job": template.labels.get(JOB_LABEL),
-    }
+    return QueuedResourceEntry(
+        name=short_name(queued_resource.name),
+        state=state_name(queued_resource),
+        state_initiator=enum_name(queued_resource.state.state_initiator),
+        accelerator=template.accelerator,
+        slices=template.slices,
+        tier=template.tier,
+        create_time=timestamp(queued_resource.create_time),
+        managed_by_tpuctl=template.labels.get(MANAGED_BY_LABEL) == MANAGER,
+        job=template.labels.get(JOB_LABEL),
+        zone=zone,
+    )
 
 
 def is_managed(queued_resource: Any) -> bool:
-    return template_of(queued_resource).labels.get(MANAGED_BY_LABEL) == "tpuctl"
+    return template_of(queued_resource).labels.get(MANAGED_BY_LABEL) == MANAGER
 
 
 def differences(existing: Any, wanted: Any) -> list[dict[str, Any]]:

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tpuctl.clock import Clock, format_duration
 from tpuctl.cloud import describe
 from tpuctl.cloud.client import AlreadyExistsError, TpuApi
+from tpuctl.cloud.queries import delete_command, observe, status, status_command
+from tpuctl.cloud.results import CreateResult, DeleteResult, ResetResult, StateSeen, WaitResult
 from tpuctl.cloud.watcher import (
     GONE,
     QUEUE_STATES,
-    Clock,
     Observation,
     Outcome,
     Watcher,
@@ -34,111 +36,46 @@ from tpuctl.errors import (
     QueuedResourceFailed,
     TpuctlError,
 )
-from tpuctl.spec.model import Spec
 
 EventCallback = Callable[[WatchEvent], None]
 DEFAULT_DELETE_TIMEOUT = 600.0
 DEFAULT_OPERATION_TIMEOUT = 120.0
-# States in which a queued resource has no nodes to look up.
-_NODELESS_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "SUSPENDED"})
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def delete_command(api: TpuApi, name: str, *, force: bool = True) -> str:
-    flags = " --force" if force else ""
-    return f"tpuctl delete {name} {api.location.cli_flags()}{flags} --yes"
-
-
-def status_command(api: TpuApi, name: str) -> str:
-    return f"tpuctl status {name} {api.location.cli_flags()}"
-
-
 # ----------------------------------------------------------------------------------- status
-
-
-def status(api: TpuApi, name: str, *, now: datetime | None = None) -> dict[str, Any]:
-    """The status object for one queued resource (NotFoundError when it does not exist)."""
-    queued_resource = api.get_queued_resource(name)
-    nodes: dict[str, Any | None] = {}
-    if describe.state_name(queued_resource) not in _NODELESS_STATES:
-        wanted = set(describe.template_of(queued_resource).node_ids)
-        for node in api.list_nodes():
-            node_id = describe.short_name(node.name)
-            if node_id in wanted:
-                nodes[node_id] = node
-    return describe.queued_resource_summary(
-        queued_resource,
-        project=api.location.project,
-        zone=api.location.zone,
-        nodes=nodes,
-        now=now or _now(),
-    )
-
-
-def list_queued_resources(api: TpuApi, *, include_all: bool = False) -> dict[str, Any]:
-    """tpuctl's queued resources in the zone (all of them with include_all)."""
-    entries = [
-        describe.list_entry(qr)
-        for qr in api.list_queued_resources()
-        if include_all or describe.is_managed(qr)
-    ]
-    entries.sort(key=lambda entry: str(entry["name"]))
-    return {
-        "project": api.location.project,
-        "zone": api.location.zone,
-        "all": include_all,
-        "queued_resources": entries,
-    }
 
 
 # ----------------------------------------------------------------------------------- create
 
 
-@dataclass
-class CreatePlan:
-    """A create about to be sent: the request and its one request_id (reused by retries)."""
-
-    spec: Spec
-    request: Any
-    request_id: str
-
-    @property
-    def name(self) -> str:
-        return str(self.request.queued_resource_id)
-
-
-def plan_create(
-    spec: Spec, *, project: str, zone: str, request_id: str | None = None
-) -> CreatePlan:
-    from tpuctl.render.request import render_request
-
-    rid = request_id or str(uuid.uuid4())
-    request = render_request(spec, project=project, zone=zone, request_id=rid, now=_now())
-    return CreatePlan(spec=spec, request=request, request_id=rid)
+def new_request_id() -> str:
+    """The idempotency key of one create: every retry of that create sends the same one."""
+    return str(uuid.uuid4())
 
 
 def create(
     api: TpuApi,
-    plan: CreatePlan,
+    request: Any,
     *,
     delete_on_interrupt: bool = False,
     operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
-) -> dict[str, Any]:
-    """Create the queued resource, or accept an existing one made from the same spec.
+) -> CreateResult:
+    """Send a CreateQueuedResourceRequest (rendered by tpuctl.render.request, with its
+    request_id), or accept an existing queued resource made from the same spec.
 
-    Returns {"action": "created"|"exists", "name", "request_id", "queued_resource"}. A
-    same-named one made from another spec is an error listing what differs (exit 1); a FAILED
-    or SUSPENDED one is reported with the command that clears it (exit 6 / 7).
+    A same-named one made from another spec is an error listing what differs (exit 1); a
+    FAILED or SUSPENDED one is reported with the command that clears it (exit 6 / 7).
     """
-    name = plan.name
+    name = str(request.queued_resource_id)
     existing = api.find_queued_resource(name)
     if existing is not None:
-        return _accept_existing(api, plan, existing)
+        return _accept_existing(api, request, existing)
     try:
-        operation = api.create_queued_resource(plan.request)
+        operation = api.create_queued_resource(request)
         api.wait_operation(operation, timeout=operation_timeout, action="create", target=name)
         summary = status(api, name)
     except AlreadyExistsError:
@@ -146,21 +83,39 @@ def create(
         existing = api.find_queued_resource(name)
         if existing is None:
             raise
-        return _accept_existing(api, plan, existing)
+        return _accept_existing(api, request, existing)
     except KeyboardInterrupt:
         raise interrupted(api, name, None, delete_on_interrupt, during="creating") from None
-    return {
-        "action": "created",
-        "name": name,
-        "request_id": plan.request_id,
-        "queued_resource": summary,
-    }
+    return CreateResult("created", name, request.request_id or None, summary)
 
 
-def _accept_existing(api: TpuApi, plan: CreatePlan, existing: Any) -> dict[str, Any]:
-    name = plan.name
+def create_and_wait(
+    api: TpuApi,
+    request: Any,
+    options: WaitOptions,
+    *,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
+) -> CreateResult:
+    """`create`, then `wait`: Ctrl-C at any point (even between the two, before the first
+    poll) reports what is left and the command that deletes it, or deletes it when asked."""
+    name = str(request.queued_resource_id)
+    created = create(api, request, delete_on_interrupt=options.delete_on_interrupt)
+    try:
+        created.wait = wait(api, name, options, on_event=on_event, clock=clock)
+    except KeyboardInterrupt:
+        last = None if options.delete_on_interrupt else observe(api, name)
+        raise interrupted(
+            api, name, last, options.delete_on_interrupt, during="waiting for"
+        ) from None
+    created.queued_resource = created.wait.queued_resource
+    return created
+
+
+def _accept_existing(api: TpuApi, request: Any, existing: Any) -> CreateResult:
+    name = str(request.queued_resource_id)
     state = describe.state_name(existing)
-    diffs = describe.differences(existing, plan.request.queued_resource)
+    diffs = describe.differences(existing, request.queued_resource)
     if diffs:
         raise TpuctlError(
             f"{name} already exists and differs from the spec "
@@ -193,28 +148,10 @@ def _accept_existing(api: TpuApi, plan: CreatePlan, existing: Any) -> dict[str, 
         raise TpuctlError(
             f"{name} is being deleted", hint="wait until it is gone, then create again", name=name
         )
-    return {
-        "action": "exists",
-        "name": name,
-        "request_id": None,
-        "queued_resource": status(api, name),
-    }
+    return CreateResult("exists", name, None, status(api, name))
 
 
 # ------------------------------------------------------------------------------------- wait
-
-
-def observe(api: TpuApi, name: str) -> Observation:
-    """One poll: the queued resource's state, or DELETED when Get says NOT_FOUND."""
-    queued_resource = api.find_queued_resource(name)
-    if queued_resource is None:
-        return Observation(state=GONE)
-    failure = describe.failure_of(queued_resource)
-    return Observation(
-        state=describe.state_name(queued_resource),
-        initiator=describe.enum_name(queued_resource.state.state_initiator),
-        failure=failure.get("message") if failure else None,
-    )
 
 
 @dataclass
@@ -232,7 +169,7 @@ def wait(
     *,
     on_event: EventCallback | None = None,
     clock: Clock | None = None,
-) -> dict[str, Any]:
+) -> WaitResult:
     """Wait for `options.policy.until`; on a deadline delete what it gave up on (unless kept).
 
     Returns the wait object of docs/output.md. Raises DeadlineError (4), QueuedResourceFailed
@@ -250,19 +187,18 @@ def wait(
     raise _wait_failure(api, name, options, result, on_event=on_event, clock=clock)
 
 
-def _wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> dict[str, Any]:
-    queued_resource = None if result.state == GONE else status(api, name)
-    return {
-        "name": name,
-        "target": target,
-        "outcome": result.outcome.value,
-        "state": result.state,
-        "elapsed_seconds": round(result.elapsed, 1),
-        "polls": result.polls,
-        "transitions": [{"state": t.state, "at": t.at} for t in result.transitions],
-        "warnings": result.warnings,
-        "queued_resource": queued_resource,
-    }
+def _wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> WaitResult:
+    return WaitResult(
+        name=name,
+        target=target,
+        outcome=result.outcome.value,
+        state=result.state,
+        elapsed_seconds=round(result.elapsed, 1),
+        polls=result.polls,
+        transitions=[StateSeen(t.state, t.at) for t in result.transitions],
+        warnings=list(result.warnings),
+        queued_resource=None if result.state == GONE else status(api, name),
+    )
 
 
 def _wait_failure(
@@ -310,7 +246,7 @@ def _wait_failure(
         if result.outcome is Outcome.PROVISION_DEADLINE
         else options.policy.overall_timeout
     )
-    what = f"{name} still {state} after the {phase} deadline ({_seconds(limit)})"
+    what = f"{name} still {state} after the {phase} deadline ({format_duration(limit)})"
     if options.keep_on_timeout:
         return DeadlineError(
             f"{what}; kept it (--keep-on-timeout)",
@@ -328,7 +264,7 @@ def _wait_failure(
         on_event=on_event,
         clock=clock,
     )
-    gone = deleted["action"] == "deleted"
+    gone = deleted.action == "deleted"
     return DeadlineError(
         f"{what}; deleted it" if gone else f"{what}; deletion requested",
         hint=None if gone else f"check it is gone: {status_command(api, name)}",
@@ -336,17 +272,6 @@ def _wait_failure(
         deleted=True,
         **facts,
     )
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "no limit"
-    total = int(value)
-    if total % 3600 == 0 and total:
-        return f"{total // 3600}h"
-    if total % 60 == 0 and total:
-        return f"{total // 60}m"
-    return f"{value:g}s"
 
 
 def interrupted(
@@ -396,15 +321,12 @@ def delete(
     timeout: float = DEFAULT_DELETE_TIMEOUT,
     on_event: EventCallback | None = None,
     clock: Clock | None = None,
-) -> dict[str, Any]:
-    """Delete; unless `wait_until_gone` is False, poll Get until NOT_FOUND (bounded).
-
-    Returns {"name", "action": "deleted"|"delete_requested"|"missing", "force", "state"}.
-    """
+) -> DeleteResult:
+    """Delete; unless `wait_until_gone` is False, poll Get until NOT_FOUND (bounded)."""
     existing = api.find_queued_resource(name)
     if existing is None:
         if ignore_missing:
-            return {"name": name, "action": "missing", "force": force, "state": None}
+            return DeleteResult(name, "missing", force, None)
         raise NotFoundError(
             f"queued resource {name} not found in {api.location.parent}",
             hint="pass --ignore-missing to treat that as success",
@@ -416,7 +338,7 @@ def delete(
             api.delete_queued_resource(name, force=force, request_id=str(uuid.uuid4()))
         except NotFoundError:
             if ignore_missing:
-                return {"name": name, "action": "missing", "force": force, "state": state}
+                return DeleteResult(name, "missing", force, state)
             raise
         except TpuctlError as error:
             if error.details.get("status") == "FAILED_PRECONDITION" and not force:
@@ -429,15 +351,15 @@ def delete(
                 ) from None
             raise
     if not wait_until_gone:
-        return {"name": name, "action": "delete_requested", "force": force, "state": state}
+        return DeleteResult(name, "delete_requested", force, state)
     policy = WatchPolicy(until=GONE, overall_timeout=timeout)
     watcher = Watcher(lambda: observe(api, name), policy, clock=clock, on_event=on_event)
     result = watcher.run()
     if result.outcome is Outcome.REACHED:
-        return {"name": name, "action": "deleted", "force": force, "state": state}
+        return DeleteResult(name, "deleted", force, state)
     if result.outcome is Outcome.DEADLINE:
         raise DeadlineError(
-            f"{name} still {result.state} {_seconds(timeout)} after the delete request",
+            f"{name} still {result.state} {format_duration(timeout)} after the delete request",
             hint=f"check later: {status_command(api, name)}",
             name=name,
             state=result.state,
@@ -462,7 +384,7 @@ def reset(
     timeout: float = DEFAULT_DELETE_TIMEOUT,
     on_event: EventCallback | None = None,
     clock: Clock | None = None,
-) -> dict[str, Any]:
+) -> ResetResult:
     """Reset every VM of an ACTIVE queued resource; with `wait_for_active`, wait it out."""
     queued_resource = api.get_queued_resource(name)
     state = describe.state_name(queued_resource)
@@ -476,16 +398,11 @@ def reset(
     operation = api.reset_queued_resource(name)
     operation_name = getattr(getattr(operation, "operation", None), "name", None)
     if not wait_for_active:
-        return {
-            "name": name,
-            "action": "reset_requested",
-            "operation": operation_name,
-            "state": None,
-        }
+        return ResetResult(name, "reset_requested", operation_name, None)
     done = api.wait_operation(operation, timeout=timeout, action="reset", target=name)
     if not done:
         raise DeadlineError(
-            f"the reset of {name} did not finish within {_seconds(timeout)}",
+            f"the reset of {name} did not finish within {format_duration(timeout)}",
             hint=f"see {status_command(api, name)}",
             name=name,
         )
@@ -494,9 +411,4 @@ def reset(
         policy=WatchPolicy(until="ACTIVE", overall_timeout=timeout), keep_on_timeout=True
     )
     waited = wait(api, name, options, on_event=on_event, clock=clock)
-    return {
-        "name": name,
-        "action": "reset",
-        "operation": operation_name,
-        "state": waited["state"],
-    }
+    return ResetResult(name, "reset", operation_name, waited.state)

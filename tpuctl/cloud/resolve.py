@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,8 @@ class Location:
         return f"{self.parent}/nodes/{node_id}"
 
     def cli_flags(self) -> str:
-        """`--project P --zone Z`, for the commands tpuctl tells people to run."""
-        return f"--project {self.project} --zone {self.zone}"
+        """`--project P --zone Z`, for the commands tpuctl tells people to run (shell-quoted)."""
+        return f"--project {shlex.quote(self.project)} --zone {shlex.quote(self.zone)}"
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,41 @@ def _first(candidates: list[tuple[str, str | None]]) -> tuple[str | None, str]:
         if value is not None and value.strip():
             return value.strip(), source
     return None, ""
+
+
+PLACEHOLDER_PROJECT = "PROJECT_ID"
+PLACEHOLDER_ZONE = "ZONE"
+
+
+def offline_location(
+    *,
+    project_flag: str | None,
+    zone_flag: str | None,
+    spec_project: str | None,
+    spec_zone: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Location, list[str]]:
+    """Project and zone for an offline render: flags > spec > TPUCTL_* > CLOUDSDK_* > a
+    placeholder (with a warning). Never asks gcloud or google.auth, so it needs no network."""
+    env = os.environ if environ is None else environ
+    warnings: list[str] = []
+    project = (
+        project_flag
+        or spec_project
+        or env.get("TPUCTL_PROJECT")
+        or env.get("CLOUDSDK_CORE_PROJECT")
+    )
+    zone = zone_flag or spec_zone or env.get("TPUCTL_ZONE") or env.get("CLOUDSDK_COMPUTE_ZONE")
+    if not project:
+        project = PLACEHOLDER_PROJECT
+        warnings.append(
+            f"no project given; rendering with the placeholder {PLACEHOLDER_PROJECT} "
+            "(set --project, project: in the spec, or TPUCTL_PROJECT)"
+        )
+    if not zone:
+        zone = PLACEHOLDER_ZONE
+        warnings.append(
+            f"no zone given; rendering with the placeholder {PLACEHOLDER_ZONE} "
+            "(set --zone, zone: in the spec, or TPUCTL_ZONE)"
+        )
+    return Location(project, zone), warnings

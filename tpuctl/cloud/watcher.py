@@ -8,11 +8,12 @@ itself, never prints and never deletes anything. It reports through `on_event` a
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
+
+from tpuctl.clock import Clock
 
 # Everything up to the moment capacity is found: the queueing deadline covers these.
 QUEUE_STATES = frozenset({"STATE_UNSPECIFIED", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"})
@@ -110,15 +111,6 @@ class WatchResult:
     polls: int
     transitions: list[Transition] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Clock:
-    """Monotonic seconds for deadlines, wall time for timestamps, and sleep."""
-
-    monotonic: Callable[[], float] = time.monotonic
-    now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
-    sleep: Callable[[float], None] = time.sleep
 
 
 def is_reached(target: str, state: str) -> bool:

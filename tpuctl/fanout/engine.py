@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
 import selectors
 import threading
@@ -35,6 +33,7 @@ from tpuctl.fanout.connection import (
     send_signal,
     start,
 )
+from tpuctl.fanout.monitor import Monitor, Session, StatusEvent, Wake
 from tpuctl.fanout.results import FanoutResult, Tail, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget
 
@@ -60,117 +59,6 @@ class FanoutOptions:
     interrupt_signal: str | None = "TERM"  # sent to running commands on Ctrl-C
 
 
-class _Wake:
-    """Stands in for paramiko's event objects (BufferedPipe.set_event, Channel.status_event):
-    every set() marks the session ready for the monitor."""
-
-    __slots__ = ("_flag", "_monitor", "_session")
-
-    def __init__(self, monitor: _Monitor, session: _Session) -> None:
-        self._monitor = monitor
-        self._session = session
-        self._flag = False
-
-    def set(self) -> None:
-        self._flag = True
-        self._monitor.notify(self._session)
-
-    def clear(self) -> None:
-        self._flag = False
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    def wait(self, timeout: float | None = None) -> bool:  # Event API; unused by paramiko here
-        return self._flag
-
-
-class _StatusEvent(threading.Event):
-    """Channel.status_event that also wakes the monitor (exit-status, close)."""
-
-    def __init__(self, wake: _Wake) -> None:
-        super().__init__()
-        self._wake = wake
-
-    def set(self) -> None:
-        super().set()
-        self._wake.set()
-
-
-class _Session:
-    """One worker whose command has started."""
-
-    def __init__(
-        self,
-        result: WorkerResult,
-        transport: paramiko.Transport,
-        channel: paramiko.Channel,
-        began: float,
-    ) -> None:
-        self.result = result
-        self.transport = transport
-        self.channel = channel
-        self.began = began  # set-up start, for duration_s
-        self.started = 0.0
-        self.deadline: float | None = None
-        self.partial: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
-        self.probe: threading.Event | None = None
-        self.missed = 0
-        self.last_input = 0.0
-        self.accepted = False  # the monitor has taken it over from its set-up thread
-        self.done = False
-
-
-class _Monitor:
-    """The wake-up pipe, the ready set and the inbox from set-up threads."""
-
-    def __init__(self) -> None:
-        self._read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._lock = threading.Lock()
-        self._ready: set[_Session] = set()
-        self._inbox: list[_Session | WorkerResult] = []
-        self._signalled = False
-        self._closed = False
-
-    def _signal(self) -> None:
-        # Set-up threads still connecting after an interrupt may post late: never write to a
-        # closed (and possibly reused) descriptor.
-        if not self._signalled and not self._closed:
-            self._signalled = True
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._write_fd, b"x")
-
-    def notify(self, session: _Session) -> None:
-        with self._lock:
-            self._ready.add(session)
-            self._signal()
-
-    def post(self, item: _Session | WorkerResult) -> None:
-        with self._lock:
-            self._inbox.append(item)
-            self._signal()
-
-    @property
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def take(self) -> tuple[list[_Session | WorkerResult], set[_Session]]:
-        with self._lock:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self._read_fd, 4096):
-                    pass
-            self._signalled = False
-            inbox, self._inbox = self._inbox, []
-            ready, self._ready = self._ready, set()
-        return inbox, ready
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            os.close(self._read_fd)
-            os.close(self._write_fd)
-
-
 class FanOut:
     """Run one command on many workers; `run()` returns a FanoutResult in target order."""
 
@@ -190,11 +78,11 @@ class FanOut:
         self.options = options or FanoutOptions()
         self.on_output = on_output
         self.on_event = on_event
-        self._monitor = _Monitor()
+        self._monitor = Monitor()
         self._cancel = threading.Event()
         self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._results: dict[int, WorkerResult] = {}
-        self._live: dict[int, _Session] = {}
+        self._live: dict[int, Session] = {}
         self._connecting: set[Any] = set()
         self._connecting_lock = threading.Lock()
         self._index = {id(t): i for i, t in enumerate(self.targets)}
@@ -211,11 +99,11 @@ class FanOut:
                 return
             outcome = self._setup(self.targets[index])
             self._monitor.post(outcome)
-            if isinstance(outcome, _Session) and self.options.stdin is not None:
+            if isinstance(outcome, Session) and self.options.stdin is not None:
                 # Feeding stdin keeps this slot: transfers stay bounded by batch_size too.
                 self._feed(outcome, self.options.stdin)
 
-    def _setup(self, target: WorkerTarget) -> _Session | WorkerResult:
+    def _setup(self, target: WorkerTarget) -> Session | WorkerResult:
         options = self.connect_options
         result = WorkerResult(target, "unreachable")
         began = time.monotonic()
@@ -252,7 +140,7 @@ class FanOut:
         transport: paramiko.Transport,
         result: WorkerResult,
         began: float,
-    ) -> _Session | WorkerResult | SetupError:
+    ) -> Session | WorkerResult | SetupError:
         try:
             channel = open_channel(transport, self.connect_options.connect_timeout)
         except SetupError as error:
@@ -261,12 +149,12 @@ class FanOut:
         if self._cancel.is_set():
             close_transport(transport)
             return self._interrupted(result, began, "interrupted before it started")
-        session = _Session(result, transport, channel, began)
-        wake = _Wake(self._monitor, session)
+        session = Session(result, transport, channel, began)
+        wake = Wake(self._monitor, session)
         # Duck-typed: BufferedPipe only ever calls set() and clear() on its event.
         for buffer in (channel.in_buffer, channel.in_stderr_buffer):
             buffer.set_event(cast(Any, wake))
-        channel.status_event = _StatusEvent(wake)
+        channel.status_event = StatusEvent(wake)
         result.stdout = Tail(self.options.keep_output)
         try:
             start(channel, self._command_for(target))
@@ -280,7 +168,7 @@ class FanOut:
             session.deadline = session.started + self.options.timeout
         return session
 
-    def _feed(self, session: _Session, data: bytes) -> None:
+    def _feed(self, session: Session, data: bytes) -> None:
         channel = session.channel
         try:
             channel.sendall(data)
@@ -353,7 +241,7 @@ class FanOut:
         finally:
             selector.close()
 
-    def _accept(self, item: _Session | WorkerResult) -> None:
+    def _accept(self, item: Session | WorkerResult) -> None:
         if isinstance(item, WorkerResult):
             self._finish_result(item)
             return
@@ -370,7 +258,7 @@ class FanOut:
         self._live.pop(index, None)
         self._event(result.target, "finished", result.status)
 
-    def _service(self, session: _Session) -> None:
+    def _service(self, session: Session) -> None:
         channel = session.channel
         got = False
         while channel.recv_ready():
@@ -394,7 +282,7 @@ class FanOut:
                 return
             self._complete(session)
 
-    def _output(self, session: _Session, stream: str, data: bytes) -> None:
+    def _output(self, session: Session, stream: str, data: bytes) -> None:
         result = session.result
         (result.stdout if stream == "stdout" else result.stderr).add(data)
         if self.on_output is None:
@@ -407,7 +295,7 @@ class FanOut:
             del buffer[: cut + 1]
             self.on_output(result.target, stream, lines)
 
-    def _flush(self, session: _Session) -> None:
+    def _flush(self, session: Session) -> None:
         if self.on_output is None:
             return
         for stream, buffer in session.partial.items():
@@ -415,7 +303,7 @@ class FanOut:
                 self.on_output(session.result.target, stream, bytes(buffer) + b"\n")
                 buffer.clear()
 
-    def _complete(self, session: _Session) -> None:
+    def _complete(self, session: Session) -> None:
         channel = session.channel
         result = session.result
         code = channel.exit_status
@@ -433,7 +321,7 @@ class FanOut:
         self._close(session)
         self._finish_result(result)
 
-    def _close(self, session: _Session) -> None:
+    def _close(self, session: Session) -> None:
         session.done = True
         self._flush(session)
         session.result.duration_s = time.monotonic() - session.began
@@ -474,7 +362,7 @@ class FanOut:
             if send_keepalive(session.transport, probe):
                 session.probe = probe
 
-    def _lost(self, session: _Session, now: float) -> None:
+    def _lost(self, session: Session, now: float) -> None:
         waited = self.connect_options.keepalive * self.connect_options.keepalive_count
         session.result.status = "unreachable"
         session.result.error = (

@@ -151,8 +151,11 @@ def stop_script(run_id: str | None, grace: float) -> str:
 
 @dataclass(frozen=True)
 class RunState:
+    """A detached run on one worker: running, exited (its code), stopped, started, unknown or
+    none; `signal` is what stopped it (TERM or KILL)."""
+
     state: str
-    run_id: str | None
+    run: str | None
     pid: int | None
     exit_code: int | None
     signal: str | None = None
@@ -164,15 +167,6 @@ class RunState:
             return f"stopped (SIG{self.signal})"
         return self.state
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "state": self.state,
-            "run": self.run_id,
-            "pid": self.pid,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-        }
-
 
 def parse_state(output: str) -> RunState | None:
     """The last `state=…` line of a status or stop script's output."""
@@ -182,7 +176,7 @@ def parse_state(output: str) -> RunState | None:
         fields = dict(part.partition("=")[::2] for part in line.split())
         return RunState(
             state=fields.get("state") or "unknown",
-            run_id=fields.get("run") or None,
+            run=fields.get("run") or None,
             pid=_int(fields.get("pid")),
             exit_code=_int(fields.get("exit")),
             signal=fields.get("signal") or None,

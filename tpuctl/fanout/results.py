@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from tpuctl.envelope import Result, jsonable
 from tpuctl.errors import (
     AuthError,
     CommandFailedError,
@@ -70,7 +71,9 @@ class WorkerResult:
     error: str | None = None
     started: bool = False
     attempts: int = 0
-    detail: dict[str, Any] | None = None  # what a probe found (ps/stop: the run's state)
+    # What the operation learned on this worker, a dataclass per operation (docs/output.md):
+    # a detached run's state (ps, stop, ssh --detach), the job's status (ps --job), a delivery.
+    detail: Any = None
 
     @property
     def ok(self) -> bool:
@@ -89,7 +92,7 @@ class WorkerResult:
             "stdout_tail": self.stdout.text(),
             "stderr_tail": self.stderr.text(),
             "error": self.error,
-            "detail": self.detail,
+            "detail": jsonable(self.detail),
         }
 
 
@@ -104,13 +107,34 @@ _SEVERITY: tuple[tuple[Status, ExitCode], ...] = (
 
 
 @dataclass
-class FanoutResult:
-    """Results in target order, like fabric's GroupResult: one bad worker never hides others."""
+class Transfer:
+    """What a copy moved: the archive (upload, code delivery) or what was unpacked (download)."""
 
+    sha256: str | None = None
+    bytes: int | None = None
+    source: str | None = None  # the local path, or job.code
+    destination: str | None = None  # the path on the workers, or the local directory
+    files: int | None = None  # entries unpacked locally (download)
+
+
+@dataclass
+class FanoutResult(Result):
+    """Results in target order, like fabric's GroupResult: one bad worker never hides others.
+
+    `operation` names what ran (ssh, detach, ps, logs, stop, upload, download, run, deliver,
+    restart, job-status); `run` the detached run's id or the job's run name.
+    """
+
+    KIND: ClassVar[str] = "Fanout"
     results: list[WorkerResult]
     duration_s: float = 0.0
     interrupted: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    operation: str = "ssh"
+    run: str | None = None
+    transfer: Transfer | None = None
+    step: str | None = None  # `tpuctl run`: the step that ran last
+    # Ctrl-C ended a `--follow`, which is how one stops following: not an error.
+    interrupt_expected: bool = False
 
     def __iter__(self) -> Iterator[WorkerResult]:
         return iter(self.results)
@@ -135,6 +159,8 @@ class FanoutResult:
 
         Unreachable outranks a failed command: a worker that never ran it is the worse news.
         """
+        if self.interrupted and self.interrupt_expected:
+            return ExitCode.OK
         if self.interrupted:
             return ExitCode.INTERRUPTED
         statuses = {r.status for r in self.results}
@@ -144,18 +170,26 @@ class FanoutResult:
         return ExitCode.OK
 
     def summary(self) -> dict[str, Any]:
-        counts = self.counts()
         return {
             "workers": len(self.results),
-            **counts,
+            **self.counts(),
             "duration_s": round(self.duration_s, 3),
             "exit_code": int(self.exit_code),
-            **self.extra,
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """The stable JSON shape: {"workers": [...], "summary": {...}}."""
-        return {"workers": [r.to_dict() for r in self.results], "summary": self.summary()}
+        """The stable JSON shape (docs/output.md, kind Fanout)."""
+        return {
+            "operation": self.operation,
+            "run": self.run,
+            "step": self.step,
+            "transfer": jsonable(self.transfer),
+            "summary": self.summary(),
+            "workers": [r.to_dict() for r in self.results],
+        }
+
+    def exit_error(self) -> TpuctlError | None:
+        return self.error()
 
     def error(self) -> TpuctlError | None:
         """The TpuctlError matching `exit_code` (for callers that prefer raising)."""

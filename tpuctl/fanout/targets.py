@@ -1,20 +1,16 @@
-"""Which workers a fan-out reaches: gcloud-style selectors and the QR's nodes and endpoints."""
+"""Which workers a fan-out reaches: gcloud-style selectors over the nodes' workers and addresses."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tpuctl.errors import NotFoundError, TpuctlError, UsageError
-
-if TYPE_CHECKING:
-    from tpuctl.cloud.client import TpuApi
+from tpuctl.errors import TpuctlError, UsageError
 
 SSH_PORT_ENV = "TPUCTL_SSH_PORT"
 DEFAULT_SSH_PORT = 22
-HOSTKEY_NAMESPACE = "hostkeys/"
 
 
 @dataclass(frozen=True)
@@ -136,64 +132,17 @@ def ssh_port(flag: int | None, environ: Mapping[str, str] | None = None) -> int:
     return DEFAULT_SSH_PORT
 
 
-# ------------------------------------------------------------------------------ resolution
-
-
-@dataclass(frozen=True)
-class ResolvedNodes:
-    """The QR's nodes in slice order (node protos), as read once for a fan-out."""
-
-    queued_resource: str
-    nodes: tuple[Any, ...]
-
-    @property
-    def node_ids(self) -> list[str]:
-        return [short_name(node.name) for node in self.nodes]
-
-
-def short_name(name: str) -> str:
-    return name.rsplit("/", 1)[-1]
-
-
-def resolve_nodes(api: TpuApi, queued_resource_id: str) -> ResolvedNodes:
-    """The QR's nodes, in slice order: its node ids (or `<prefix>-0..n-1`), else a node list
-    filtered by `queued_resource`. Raises when the QR has no nodes (not provisioned yet)."""
-    from tpuctl.cloud.describe import state_name, template_of
-
-    queued_resource = api.get_queued_resource(queued_resource_id)
-    state = state_name(queued_resource)
-    node_ids = template_of(queued_resource).node_ids
-    nodes: list[Any] = []
-    if node_ids:
-        for node_id in node_ids:
-            node = api.get_node(api.location.node_name(node_id))
-            if node is not None:
-                nodes.append(node)
-    if not nodes:
-        owned = [n for n in api.list_nodes() if n.queued_resource == queued_resource.name]
-        nodes = sorted(owned, key=lambda n: _node_order(short_name(n.name)))
-    if not nodes:
-        raise NotFoundError(
-            f"queued resource {queued_resource_id} has no nodes (state {state})",
-            hint="wait until it is ACTIVE: tpuctl wait " + queued_resource_id,
-            resource=queued_resource.name,
-        )
-    return ResolvedNodes(queued_resource.name, tuple(nodes))
-
-
-def _node_order(node_id: str) -> tuple[str, int]:
-    prefix, _, index = node_id.rpartition("-")
-    return (prefix, int(index)) if index.isdigit() else (node_id, -1)
+# ------------------------------------------------------------------------------ addresses
 
 
 def worker_targets(
-    resolved: ResolvedNodes, *, port: int, internal_ip: bool = False
+    nodes: Sequence[Any], *, port: int, internal_ip: bool = False
 ) -> list[WorkerTarget]:
-    """Every worker of every node, slice by slice: external IP, or the internal one when asked
-    (or when the node has no external IP)."""
+    """Every worker of every node (v2alpha1 Node protos, in slice order), slice by slice:
+    external IP, or the internal one when asked (or when the node has no external IP)."""
     targets: list[WorkerTarget] = []
-    for slice_index, node in enumerate(resolved.nodes):
-        node_id = short_name(node.name)
+    for slice_index, node in enumerate(nodes):
+        node_id = str(node.name).rsplit("/", 1)[-1]
         for worker, endpoint in enumerate(node.network_endpoints):
             external = endpoint.access_config.external_ip if endpoint.access_config else ""
             address = endpoint.ip_address if internal_ip or not external else external
@@ -205,27 +154,3 @@ def worker_targets(
                 )
             targets.append(WorkerTarget(slice_index, node_id, worker, address, port))
     return targets
-
-
-def fetch_host_keys(api: TpuApi, targets: Sequence[WorkerTarget]) -> list[WorkerTarget]:
-    """Each target with the host keys its worker published in guest attributes (hostkeys/)."""
-    from tpuctl.cloud.client import api_errors, make_retry
-
-    keys: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    for node_id in dict.fromkeys(target.node_id for target in targets):
-        name = api.location.node_name(node_id)
-        # No worker_ids: every worker, in worker order (a GuestAttributes carries no index).
-        with api_errors("get guest attributes of", name):
-            response = api.client.get_guest_attributes(
-                request={"name": name, "query_path": HOSTKEY_NAMESPACE},
-                retry=make_retry(total_seconds=api.retry_total, reads=True),
-                timeout=api.rpc_timeout,
-            )
-        for worker, attributes in enumerate(response.guest_attributes):
-            items = attributes.query_value.items if attributes.query_value else []
-            keys[(node_id, worker)] = [
-                (item.key, item.value.split()[0])
-                for item in items
-                if item.namespace.strip("/") == "hostkeys" and item.value.strip()
-            ]
-    return [t.with_host_keys(keys.get((t.node_id, t.worker), [])) for t in targets]

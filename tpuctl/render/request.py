@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from tpuctl import topology
 from tpuctl.errors import SpecError
 from tpuctl.spec.model import Spec, TimeBound
+from tpuctl.worker import (
+    JOB_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGER,
+    RUN_LABEL,
+    SPEC_HASH_LABEL,
+    label_value,
+)
 
 if TYPE_CHECKING:
     from google.cloud.tpu_v2alpha1 import CreateQueuedResourceRequest
 
 STARTUP_SCRIPT_KEY = "startup-script"
-MANAGED_BY_LABEL = "managed-by"
-JOB_LABEL = "tpuctl-job"
-SPEC_HASH_LABEL = "tpuctl-spec-hash"
-RUN_LABEL = "tpuctl-run"
-_LABEL_MAX = 63
-_NOT_LABEL_CHARS = re.compile(r"[^a-z0-9_-]+")
 
 
 def render_request(
@@ -85,12 +86,12 @@ def tpuctl_labels(spec: Spec) -> dict[str, str]:
     from tpuctl.spec.load import spec_fingerprint
 
     labels = {
-        MANAGED_BY_LABEL: "tpuctl",
+        MANAGED_BY_LABEL: MANAGER,
         JOB_LABEL: label_value(spec.name),
         SPEC_HASH_LABEL: spec_fingerprint(spec),
     }
     if spec.job is not None:
-        labels[RUN_LABEL] = label_value(spec.job.run_name or spec.name)
+        labels[RUN_LABEL] = label_value(spec.run_name)
     return labels
 
 
@@ -117,12 +118,6 @@ def node_metadata(spec: Spec, startup_script: str | None = None) -> dict[str, st
         startup_script = render_startup_script(spec)
     metadata[STARTUP_SCRIPT_KEY] = startup_script
     return metadata
-
-
-def label_value(text: str) -> str:
-    """`text` made into a valid GCE label value: lowercase letters, digits, `_` and `-`, ≤ 63."""
-    value = _NOT_LABEL_CHARS.sub("-", text.lower())
-    return value[:_LABEL_MAX]
 
 
 def request_as_dict(request: CreateQueuedResourceRequest) -> dict[str, Any]:

@@ -105,3 +105,11 @@ class Spec:
     zone: str | None = None
     # Where the spec came from (a path, "<stdin>"), for messages; not rendered.
     source: str = "<spec>"
+
+    @property
+    def run_name(self) -> str:
+        """The run name the job keeps on every boot (MaxText's resume key): job.run_name, else
+        the spec's name."""
+        if self.job is not None and self.job.run_name:
+            return self.job.run_name
+        return self.name

@@ -1,0 +1,32 @@
+SPEC_NAME='maxtext-v6e'
+RUN_NAME='maxtext-v6e'
+JOB_USER='tpuctl'
+WORKDIR_SPEC='~/maxtext'
+CODE=''
+CHECKPOINT_DIR_SPEC='gs://my-bucket/maxtext-v6e'
+CHECKPOINT_ROOT_SPEC='gs://my-bucket/maxtext-v6e/maxtext-v6e/checkpoints'
+DONE_MARKER_SPEC='gs://my-bucket/maxtext-v6e/tpuctl/maxtext-v6e/DONE'
+FRAMEWORK='maxtext'
+JOB_COMMAND='python3 MaxText/train.py MaxText/configs/base.yml model_name=llama2-7b per_device_batch_size=2 steps=5000 dataset_type=synthetic ici_fsdp_parallelism=8'
+MULTISLICE=0
+AUTOCHECKPOINT=1
+TARGET_STEP=
+SETUP_COMMANDS=(
+  'test -d .git || git clone --depth 1 https://github.com/AI-Hypercomputer/maxtext.git .'
+  'python3 -m pip install --user -q -r requirements.txt'
+)
+JOB_ENV=()
+STATE_ROOT='/var/lib/tpuctl'
+LOG_ROOT='/var/log/tpuctl'
+CODE_READY_MARKER='.tpuctl-uploaded'
+
+# The framework preset's flags, filled in once the checkpoint dir is resolved.
+preset_args() {
+  PRESET_ARGS=(
+    'run_name='"$RUN_NAME"
+    'base_output_directory='"$CHECKPOINT_DIR"
+    'enable_checkpointing=true'
+    'async_checkpointing=true'
+    'enable_autocheckpoint=true'
+  )
+}

@@ -1,0 +1,1 @@
+"""How each result reads for people: one module per command group, tables from views.table."""

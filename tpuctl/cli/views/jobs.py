@@ -1,0 +1,147 @@
+"""Views of the job results: up, drill, report and checkpoints."""
+
+from __future__ import annotations
+
+from tpuctl.cli.format import MISSING, Style, value
+from tpuctl.cli.views.table import Column, pairs, render
+from tpuctl.jobs.drill_verdict import DrillReport
+from tpuctl.jobs.report import JobReport
+from tpuctl.jobs.up import UpResult
+from tpuctl.storage.checkpoints import CheckpointReport
+
+TIMELINE_COLUMNS = (Column("PHASE"), Column("FROM"), Column("TO"), Column("DURATION"))
+DISRUPTION_COLUMNS = (
+    Column("DISRUPTION"),
+    Column("DETECTED"),
+    Column("RUNNING AGAIN"),
+    Column("RECOVERY", align="right"),
+    Column("RECOMPUTED", align="right"),
+)
+BUCKET_COLUMNS = (Column("BUCKET"), Column("TIME", align="right"), Column("SHARE", align="right"))
+CHECKPOINT_COLUMNS = (
+    Column("STEP", identity=True, align="right"),
+    Column("NAME", identity=True),
+    Column("COMPLETE"),
+    Column("COMMITTED"),
+    Column("SAVE", align="right"),
+    Column("NOTES"),
+)
+
+
+def up_view(result: UpResult, _style: Style) -> str:
+    kept = "deleted" if result.deleted else "kept"
+    return (
+        f"{result.name}: {result.outcome} (latest step {value(result.latest_step)}); "
+        f"{result.preemptions} preemptions, {result.failures} job failures, "
+        f"{result.restarts} restarts; queued resource {kept}\n"
+    )
+
+
+def drill_view(report: DrillReport, style: Style) -> str:
+    exact = "" if report.step_at_event_exact else " (lower bound)"
+    boots = ", ".join(
+        f"{label} {report.boots_before.get(label)}→{boot}"
+        for label, boot in report.boots_after.items()
+    )
+    text = pairs(
+        [
+            ("drill", f"{report.drill} on {report.name} (run {report.run})"),
+            ("autocheckpoint", "on" if report.autocheckpoint else "off"),
+            ("triggered", style.time(report.triggered_at)),
+            ("back after", style.duration(report.recovery_seconds)),
+            ("step at the event", value(report.step_at_event) + exact),
+            ("checkpoint at that step", "yes" if report.checkpoint_at_event else "no"),
+            ("last checkpoint before", value(report.last_checkpoint_before_event)),
+            ("resumed from step", value(report.resumed_from)),
+            ("steps recomputed", value(report.recomputed_steps)),
+            ("allowed", value(report.allowed_steps)),
+            ("boots", boots or MISSING),
+        ]
+    )
+    text += "".join(f"note: {note}\n" for note in report.notes)
+    return text + report.verdict + "\n"
+
+
+def report_view(result: JobReport, style: Style) -> str:
+    goodput = result.goodput
+    text = (
+        f"{result.name} (run {result.run}): {result.status}; "
+        f"{style.duration(result.total_seconds)} from {style.time(result.started_at)} to "
+        f"{style.time(result.ended_at)}; latest step {value(result.latest_step)}\n"
+    )
+    timeline = [
+        [phase.phase, style.time(phase.start), style.time(phase.end), style.duration(phase.seconds)]
+        for phase in result.timeline
+    ]
+    text += render(TIMELINE_COLUMNS, timeline, width=style.width)
+    if result.disruptions:
+        rows = [
+            [
+                item.kind,
+                style.time(item.detected_at),
+                style.time(item.running_again_at),
+                style.duration(item.recovery_seconds),
+                value(item.recomputed_steps),
+            ]
+            for item in result.disruptions
+        ]
+        text += "\n" + render(DISRUPTION_COLUMNS, rows, width=style.width)
+    else:
+        text += "no disruptions\n"
+    total = result.total_seconds
+    buckets: list[list[object]] = [
+        [key.replace("_", " "), style.duration(seconds), _share(seconds, total)]
+        for key, seconds in result.badput.items()
+    ]
+    buckets.append(
+        ["productive", style.duration(result.productive_seconds), _percent(result.goodput)]
+    )
+    text += "\n" + render(BUCKET_COLUMNS, buckets, width=style.width)
+    step = f" (mean step {result.step_seconds:.3f}s)" if result.step_seconds else ""
+    text += "goodput " + (MISSING if goodput is None else f"{goodput:.3f}") + step + "\n"
+    return text + "".join(f"note: {note}\n" for note in result.notes)
+
+
+def _share(seconds: float, total: float) -> str:
+    return _percent(seconds / total if total > 0 else None)
+
+
+def _percent(fraction: float | None) -> str:
+    return MISSING if fraction is None else f"{fraction:.1%}"
+
+
+def checkpoints_view(report: CheckpointReport, style: Style) -> str:
+    text = f"{report.url} ({report.storage})\n"
+    rows: list[list[object]] = [
+        [
+            folder.step,
+            folder.name,
+            "yes" if folder.complete else "no",
+            style.time(folder.committed_at),
+            style.duration(folder.save_seconds),
+            "; ".join(folder.notes) or MISSING,
+        ]
+        for folder in report.steps
+    ]
+    rows += [
+        [
+            folder.step,
+            folder.name,
+            "no",
+            MISSING,
+            MISSING,
+            "stale tmp folder" if folder.stale else "tmp folder: save in progress?",
+        ]
+        for folder in report.tmp_folders
+    ]
+    rows.sort(key=lambda row: (int(str(row[0])), str(row[1])))
+    text += render(CHECKPOINT_COLUMNS, rows, width=style.width) if rows else "no step folders\n"
+    latest = "none" if report.latest_step is None else str(report.latest_step)
+    unfinished = ", ".join(str(step) for step in report.unfinished_steps) or "none"
+    stale = ", ".join(folder.name for folder in report.stale_tmp_folders) or "none"
+    return (
+        text
+        + f"latest complete step: {latest}\n"
+        + f"unfinished saves: {unfinished}\n"
+        + f"stale tmp folders: {stale}\n"
+    )

@@ -1,0 +1,147 @@
+"""Views of the lifecycle results: status (and its jobs), list, create, wait, reset, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuctl.cli.format import MISSING, Style, value
+from tpuctl.cli.views.table import Column, render
+from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus, WorkerAddress
+from tpuctl.cloud.results import CreateResult, DeleteResult, ResetResult, WaitResult
+from tpuctl.envelope import to_json
+
+NODE_COLUMNS = (
+    Column("SLICE", identity=True, align="right"),
+    Column("NODE", identity=True),
+    Column("STATE"),
+    Column("HEALTH"),
+    Column("WORKER", identity=True, align="right"),
+    Column("INTERNAL IP"),
+    Column("EXTERNAL IP"),
+)
+JOB_COLUMNS = (
+    Column("SLICE/WORKER", identity=True),
+    Column("STATE"),
+    Column("BOOT", align="right"),
+    Column("PID"),
+    Column("STARTED"),
+    Column("EXIT", align="right"),
+    Column("HEARTBEAT"),
+    Column("REASON / ERROR"),
+    Column("NODE", wide=True),
+)
+LIST_COLUMNS = (
+    Column("NAME", identity=True),
+    Column("STATE"),
+    Column("ACCELERATOR"),
+    Column("SLICES", align="right"),
+    Column("TIER"),
+    Column("CREATED"),
+    Column("JOB"),
+    Column("ZONE", wide=True),
+)
+
+
+def status_view(status: QueuedResourceStatus, style: Style) -> str:
+    since = f" for {style.duration(status.in_state_seconds)}" if status.state_since else ""
+    head = f"{status.name}: {status.state}{since}"
+    if status.state_initiator:
+        head += f" (initiated by {status.state_initiator})"
+    lines = [
+        head,
+        f"  {status.accelerator} × {status.slices} slice(s), {status.tier}, runtime "
+        f"{status.runtime}, created {style.time(status.create_time)}",
+    ]
+    if status.failure:
+        lines.append(f"  failed: {status.failure.get('message')}")
+    text = "\n".join(lines) + "\n"
+    rows = []
+    for index, node in enumerate(status.nodes):
+        workers: list[WorkerAddress | None] = list(node.workers) or [None]
+        for worker in workers:
+            rows.append(
+                [
+                    index,
+                    node.name,
+                    value(node.state),
+                    value(node.health),
+                    MISSING if worker is None else worker.worker,
+                    value(worker.internal_ip if worker else None),
+                    value(worker.external_ip if worker else None),
+                ]
+            )
+    if rows:
+        text += render(NODE_COLUMNS, rows, width=style.width, wide=style.wide)
+    if status.jobs:
+        text += "\n" + jobs_table(status.jobs, style)
+    return text
+
+
+def jobs_table(jobs: list[Any], style: Style) -> str:
+    """Every worker's startup-script job (tpuctl.jobs.control.WorkerJobStatus)."""
+    rows = []
+    for job in jobs:
+        pid = MISSING if job.pid is None else f"{job.pid}{'' if job.trainer_alive else ' (gone)'}"
+        heartbeat = (
+            MISSING if job.heartbeat_age_s is None else style.duration(job.heartbeat_age_s) + " ago"
+        )
+        rows.append(
+            [
+                job.label,
+                job.state,
+                value(job.boot),
+                pid,
+                value(job.started),
+                value(job.exit_code),
+                heartbeat,
+                job.error or job.reason or MISSING,
+                job.node,
+            ]
+        )
+    return render(JOB_COLUMNS, rows, width=style.width, wide=style.wide)
+
+
+def list_view(result: QueuedResourceList, style: Style) -> str:
+    if not result.queued_resources:
+        scope = "queued resources" if result.all else "tpuctl queued resources"
+        return f"no {scope} in {result.project}/{result.zone}\n"
+    rows = [
+        [
+            entry.name,
+            entry.state,
+            entry.accelerator,
+            entry.slices,
+            entry.tier,
+            style.time(entry.create_time),
+            value(entry.job),
+            value(entry.zone),
+        ]
+        for entry in result.queued_resources
+    ]
+    return render(LIST_COLUMNS, rows, width=style.width, wide=style.wide)
+
+
+def create_view(result: CreateResult, style: Style) -> str:
+    if result.action == "dry_run":
+        return to_json(result.request) + "\n"
+    assert result.queued_resource is not None
+    return status_view(result.queued_resource, style)
+
+
+def wait_view(result: WaitResult, style: Style) -> str:
+    if result.queued_resource is None:
+        return f"{result.name}: gone\n"
+    return status_view(result.queued_resource, style)
+
+
+def reset_view(result: ResetResult, _style: Style) -> str:
+    return f"{result.name}: {result.action.replace('_', ' ')}\n"
+
+
+def delete_view(result: DeleteResult, _style: Style) -> str:
+    messages = {
+        "deleted": f"deleted {result.name}",
+        "delete_requested": f"delete of {result.name} requested",
+        "missing": f"{result.name} does not exist; nothing to delete",
+    }
+    return messages[result.action] + "\n"

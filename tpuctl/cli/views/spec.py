@@ -1,0 +1,67 @@
+"""Views of the spec commands: validate's verdict, what render prints, the plan."""
+
+from __future__ import annotations
+
+import json
+
+from tpuctl.cli.format import Style
+from tpuctl.cli.views.table import Column, render
+from tpuctl.plan import Plan
+from tpuctl.spec.results import Rendered, Validation
+
+SIZE_COLUMNS = (Column(""), Column("PER SLICE", align="right"), Column("TOTAL", align="right"))
+
+
+def validation_view(result: Validation, _style: Style) -> str:
+    return (
+        f"{result.source} is valid: {result.name}, {result.slices}× {result.accelerator} "
+        f"({result.tier})\n"
+    )
+
+
+def rendered_view(result: Rendered, _style: Style) -> str:
+    """Exactly what a person would pipe or save: the request JSON, the script, the line."""
+    if result.what == "request":
+        return json.dumps(result.request, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    text = result.startup_script if result.what == "startup-script" else result.gcloud
+    text = text or ""
+    return text if result.what == "startup-script" or text.endswith("\n") else text + "\n"
+
+
+def plan_view(result: Plan, style: Style) -> str:
+    """Sizes per slice and in total, then each check in plain words."""
+    text = (
+        f"{result.name}: {result.slices}× {result.accelerator} "
+        f"({result.generation}, topology {result.topology})\n"
+    )
+    rows: list[list[object]] = [
+        ["VMs (hosts)", result.vms_per_slice, result.vms_total],
+        ["chips", result.chips_per_slice, result.chips_total],
+        ["TensorCores", result.tensorcores_per_slice, result.tensorcores_total],
+        ["chips per VM", result.chips_per_vm, ""],
+    ]
+    text += render(SIZE_COLUMNS, rows, width=style.width)
+    lines: list[str] = []
+    if result.parallelism is not None:
+        mesh = result.parallelism
+        lines += ["", "Parallelism:", f"  {mesh.ici.message}", f"  {mesh.dcn.message}"]
+        lines += [f"  warning: {warning}" for warning in mesh.warnings]
+    if result.dcn is not None:
+        lines += ["", "DCN (data parallelism across slices):"]
+        lines += [f"  {note}" for note in result.dcn.notes]
+    if result.checkpoint is not None:
+        check = result.checkpoint
+        duration = style.duration
+        lines += [
+            "",
+            f"Checkpoint interval (M = {duration(check.mtbf_seconds)} [{check.mtbf_basis}], "
+            f"δ = {duration(check.save_seconds)}, R = {duration(check.restart_seconds)}):",
+            f"  Young √(2δM):          {duration(check.young_interval_seconds)}",
+            f"  Daly:                  {duration(check.daly_interval_seconds)}",
+            f"  waste at Daly's τ:     {check.waste_fraction:.1%}",
+            f"  lost work per failure: {duration(check.lost_work_per_failure_seconds)}",
+        ]
+        lines += [f"  {note}" for note in check.notes]
+    if result.notes:
+        lines += ["", *(f"note: {note}" for note in result.notes)]
+    return text + "".join(line + "\n" for line in lines)

@@ -1,0 +1,74 @@
+"""Reading a queued resource through the API: its status object, the zone's list, one poll of
+its state; and the exact commands tpuctl tells people to run about it."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime, timezone
+from typing import Any
+
+from tpuctl.cloud import describe
+from tpuctl.cloud.client import TpuApi
+from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus
+from tpuctl.cloud.watcher import GONE, Observation
+
+# States in which a queued resource has no nodes to look up.
+_NODELESS_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "SUSPENDED"})
+
+
+def delete_command(api: TpuApi, name: str, *, force: bool = True) -> str:
+    """The exact command that deletes `name`, every word shell-quoted."""
+    flags = " --force" if force else ""
+    return f"tpuctl delete {shlex.quote(name)} {api.location.cli_flags()}{flags} --yes"
+
+
+def status_command(api: TpuApi, name: str) -> str:
+    return f"tpuctl status {shlex.quote(name)} {api.location.cli_flags()}"
+
+
+def status(api: TpuApi, name: str, *, now: datetime | None = None) -> QueuedResourceStatus:
+    """The status object for one queued resource (NotFoundError when it does not exist)."""
+    queued_resource = api.get_queued_resource(name)
+    nodes: dict[str, Any | None] = {}
+    if describe.state_name(queued_resource) not in _NODELESS_STATES:
+        wanted = set(describe.template_of(queued_resource).node_ids)
+        for node in api.list_nodes():
+            node_id = describe.short_name(node.name)
+            if node_id in wanted:
+                nodes[node_id] = node
+    return describe.queued_resource_summary(
+        queued_resource,
+        project=api.location.project,
+        zone=api.location.zone,
+        nodes=nodes,
+        now=now or datetime.now(timezone.utc),
+    )
+
+
+def list_queued_resources(api: TpuApi, *, include_all: bool = False) -> QueuedResourceList:
+    """tpuctl's queued resources in the zone (all of them with include_all)."""
+    entries = [
+        describe.list_entry(qr, api.location.zone)
+        for qr in api.list_queued_resources()
+        if include_all or describe.is_managed(qr)
+    ]
+    entries.sort(key=lambda entry: entry.name)
+    return QueuedResourceList(
+        project=api.location.project,
+        zone=api.location.zone,
+        all=include_all,
+        queued_resources=entries,
+    )
+
+
+def observe(api: TpuApi, name: str) -> Observation:
+    """One poll: the queued resource's state, or DELETED when Get says NOT_FOUND."""
+    queued_resource = api.find_queued_resource(name)
+    if queued_resource is None:
+        return Observation(state=GONE)
+    failure = describe.failure_of(queued_resource)
+    return Observation(
+        state=describe.state_name(queued_resource),
+        initiator=describe.enum_name(queued_resource.state.state_initiator),
+        failure=failure.get("message") if failure else None,
+    )

@@ -1,0 +1,436 @@
+"""`tpuctl drill`: rehearse a disruption and check the resume contract held, step by step.
+
+1. Preflight: the QR is ACTIVE and the job runs on every worker; record the latest complete
+   checkpoint and the step the observer (worker 0 of slice 0) has logged.
+2. Trigger: maintenance through the real API (SimulateMaintenanceEvent); spot preemption and
+   a slice's hardware failure through the emulator's admin interface (the real API has no way
+   to cause them).
+3. Recover: maintenance and slice failure reboot the workers and the startup script relaunches
+   the job (the drill redelivers a local job.code to a replaced disk); after a preemption the
+   drill deletes and recreates the QR itself, unless `external_recovery` (then `tpuctl up`
+   must). Wait until every worker runs a new boot of the job and it logs steps again.
+4. Judge: the step reached at the event (the last step the old boot logged), whether a
+   checkpoint exists at that step, where the new boot resumed (`resumed from step N`, else its
+   first step − 1), and how many steps are computed twice. Nothing may be lost beyond what the
+   event allows: 0 steps for maintenance with autocheckpoint (and a checkpoint at the event
+   step), else at most the steps since the last checkpoint before the event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from tpuctl.clock import Clock
+from tpuctl.cloud import lifecycle, queries
+from tpuctl.cloud.nodes import simulate_maintenance
+from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES, WatchPolicy
+from tpuctl.errors import DeadlineError, TpuctlError, UsageError
+from tpuctl.jobs.adapters import (
+    FanoutJobOps,
+    JobOps,
+    JobRecord,
+    JournalLike,
+    StorageJobRecord,
+    WorkerStatus,
+)
+from tpuctl.jobs.drill_verdict import DrillReport, judge
+from tpuctl.jobs.provision import create_request
+from tpuctl.storage.logs import LogFacts, compile_step_pattern, parse_log
+
+if TYPE_CHECKING:
+    from tpuctl.cloud.client import TpuApi
+    from tpuctl.fanout.operations import Fleet
+    from tpuctl.fanout.targets import WorkerTarget
+    from tpuctl.spec.model import Spec
+
+DrillKind = Literal["maintenance", "preempt", "slice-failure"]
+KINDS: tuple[DrillKind, ...] = ("maintenance", "preempt", "slice-failure")
+
+
+class AdminLike(Protocol):
+    """The emulator admin calls a drill uses (tpuctl.emulator.admin.AdminClient)."""
+
+    def preempt(self, queued_resource: str) -> dict[str, Any]: ...
+
+    def fail_slice(self, queued_resource: str, slice_index: int) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    kind: DrillKind = "maintenance"
+    worker: int = 0
+    slice: int | None = None  # maintenance: node to maintain (0); slice-failure: the last one
+    timeout: float = 600.0
+    external_recovery: bool = False
+    step_pattern: str | None = None
+    poll: float = 0.5
+
+
+@dataclass(frozen=True)
+class DrillEvent:
+    at: datetime
+    kind: str
+    message: str
+
+
+def check_kind(kind: str, *, on_emulator: bool) -> None:
+    """A UsageError for a drill that cannot be triggered where tpuctl is pointed."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown drill kind {kind!r}; one of {', '.join(KINDS)}")
+    if kind != "maintenance" and not on_emulator:
+        raise UsageError(
+            f"a {kind} drill cannot be triggered against the real Cloud TPU API: there is "
+            "no API to preempt a spot VM or break a slice on purpose",
+            hint="run it against the emulator (TPU_EMULATOR_HOST), or use "
+            "--kind maintenance (SimulateMaintenanceEvent)",
+        )
+
+
+class Drill:
+    """`Drill(api, name, spec, fleet_factory=…).run()` → DrillReport (see the module doc)."""
+
+    def __init__(
+        self,
+        api: TpuApi,
+        name: str,
+        spec: Spec | None,
+        *,
+        fleet_factory: Callable[[], Fleet],
+        options: DrillOptions | None = None,
+        admin: AdminLike | None = None,
+        jobs: JobOps | None = None,
+        record: JobRecord | None = None,
+        journal: JournalLike | None = None,
+        clock: Clock | None = None,
+        on_event: Callable[[DrillEvent], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.spec = spec
+        self.fleet_factory = fleet_factory
+        self.options = options or DrillOptions()
+        self.admin = admin
+        self.jobs: JobOps = jobs or FanoutJobOps()
+        self.record: JobRecord | None = record
+        if self.record is None and spec is not None and spec.checkpoint.dir:
+            self.record = StorageJobRecord(spec)
+        self.journal = journal
+        self.clock = clock or Clock()
+        self.on_event = on_event or (lambda _event: None)
+        try:
+            self.pattern = compile_step_pattern(self.options.step_pattern)
+        except re.error as error:
+            raise UsageError(f"--step-pattern is not a regular expression: {error}") from None
+        except ValueError as error:
+            raise UsageError(f"--step-pattern: {error}") from None
+        self._fleet: Fleet | None = None
+        self._deadline = 0.0
+        self._job_spec = spec if spec is not None else _bare_spec(name)
+
+    # ------------------------------------------------------------------------------ plumbing
+
+    def emit(self, kind: str, message: str, **fields: Any) -> None:
+        if self.journal is not None:
+            self.journal.append(kind, message=message, **fields)
+        self.on_event(DrillEvent(self.clock.now(), kind, message))
+
+    @property
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            self._fleet = self.fleet_factory()
+        return self._fleet
+
+    def _left(self, what: str) -> None:
+        if self.clock.monotonic() > self._deadline:
+            raise DeadlineError(
+                f"drill on {self.name}: gave up after {self.options.timeout:g} s "
+                f"waiting for {what}",
+                hint="raise --timeout, or look at tpuctl status / tpuctl logs",
+                name=self.name,
+                waiting_for=what,
+            )
+
+    def _statuses(self) -> list[WorkerStatus]:
+        try:
+            return list(self.jobs.job_status(self.fleet, self._job_spec))
+        except TpuctlError:
+            self._fleet = None
+            return []
+
+    def _read(self, target: WorkerTarget, boot: int | None) -> str:
+        try:
+            return self.jobs.read_log(self.fleet, self._job_spec, target, boot)
+        except TpuctlError:
+            return ""
+
+    def _facts(self, target: WorkerTarget, boot: int | None = None) -> LogFacts:
+        return parse_log(self._read(target, boot), self.pattern)
+
+    # ------------------------------------------------------------------------------ the drill
+
+    def run(self) -> DrillReport:
+        options = self.options
+        kind = options.kind
+        check_kind(kind, on_emulator=self.admin is not None)
+        if kind == "preempt" and self.spec is None and not options.external_recovery:
+            raise UsageError(
+                "a preempt drill recreates the queued resource from its spec: give SPEC, "
+                "or --external-recovery when tpuctl up is babysitting it"
+            )
+        self._deadline = self.clock.monotonic() + options.timeout
+        autocheckpoint = bool(self.spec and self.spec.checkpoint.autocheckpoint)
+        report = DrillReport(
+            name=self.name, run=self._job_spec.run_name, drill=kind, autocheckpoint=autocheckpoint
+        )
+        state = queries.observe(self.api, self.name).state
+        while state in QUEUE_STATES or state == "PROVISIONING":  # still coming up: wait
+            self._left(f"{self.name} to be ACTIVE")
+            self.clock.sleep(self.options.poll)
+            state = queries.observe(self.api, self.name).state
+        if state != "ACTIVE":
+            raise TpuctlError(
+                f"drill on {self.name}: the queued resource is {state}, not ACTIVE",
+                hint="start the job first, e.g. with tpuctl up SPEC",
+                name=self.name,
+                state=state,
+            )
+        target_slice = self._target_slice()
+        observer = self._observer(target_slice)
+        report.observer = observer.label
+        before = self._preflight(report, observer)
+        before_steps = set(self.record.complete_steps()) if self.record else set()
+        report.checkpoint_before = max(before_steps) if before_steps else None
+        self.emit(
+            "drill.start",
+            f"drill {kind} on {self.name}: job at step {report.step_before_trigger}, latest "
+            f"checkpoint {report.checkpoint_before}",
+            drill=kind,
+            step=report.step_before_trigger,
+            checkpoint_step=report.checkpoint_before,
+        )
+        observer_status = before[observer.label]
+        report.triggered_at = self.clock.now()
+        triggered = self.clock.monotonic()
+        self._trigger(target_slice)
+        self.emit(
+            "drill.triggered",
+            f"triggered {kind} on {self.name}"
+            + (f" (slice {target_slice}, worker {options.worker})" if kind != "preempt" else ""),
+            drill=kind,
+            slice=target_slice,
+            worker=options.worker,
+            step=report.step_before_trigger,
+            checkpoint_step=report.checkpoint_before,
+            step_seconds=report.step_seconds,
+        )
+        old_text = ""
+        if kind == "preempt":
+            old_text = self._recover_preemption()
+        after = self._wait_back(before)
+        report.recovered_at = self.clock.now()
+        report.recovery_seconds = self.clock.monotonic() - triggered
+        report.boots_before = {label: boot for label, (boot, _pid) in before.items()}
+        report.boots_after = {label: boot for label, (boot, _pid) in after.items()}
+        if kind != "preempt":
+            old_text = self._read(observer, observer_status[0])
+        # The same worker, looked up again: after a preemption (or a replaced slice) it is a new
+        # VM with a new host key, and the old target would fail verification on every read.
+        observer = self._observer(target_slice)
+        new_facts = self._wait_new_steps(observer)
+        self.emit(
+            "drill.recovered",
+            f"{self.name}: the job runs again ({report.recovery_seconds:.1f} s after the event)",
+            drill=kind,
+            recovery_seconds=round(report.recovery_seconds, 3),
+            resumed_from=new_facts.resume_point,
+        )
+        after_steps = set(self.record.complete_steps()) if self.record else set()
+        judge(
+            report,
+            old_text=old_text,
+            new=new_facts,
+            before_steps=before_steps,
+            after_steps=after_steps,
+            pattern=self.pattern,
+            has_record=self.record is not None,
+        )
+        self.emit(
+            "drill.result",
+            f"drill {kind}: {report.verdict}",
+            drill=kind,
+            ok=report.ok,
+            step_at_event=report.step_at_event,
+            resumed_from=report.resumed_from,
+            recomputed_steps=report.recomputed_steps,
+            allowed_steps=report.allowed_steps,
+            checkpoint_at_event=report.checkpoint_at_event,
+            step_seconds=report.step_seconds,
+            recovery_seconds=round(report.recovery_seconds, 3),
+        )
+        return report
+
+    def _target_slice(self) -> int:
+        slices = self.spec.tpu.slices if self.spec is not None else None
+        if slices is None:
+            slices = len({target.node_id for target in self.fleet.targets})
+        if self.options.slice is not None:
+            if not 0 <= self.options.slice < slices:
+                raise UsageError(f"--slice {self.options.slice} is out of range 0-{slices - 1}")
+            return self.options.slice
+        if self.options.kind == "slice-failure":
+            return slices - 1  # keep slice 0 (the observer's log) on its disk
+        return 0
+
+    def _observer(self, target_slice: int) -> WorkerTarget:
+        """Worker 0 of slice 0, whose log says where the job is; another slice's worker 0 when
+        slice 0 is the one whose disk a slice failure replaces."""
+        targets = sorted(self.fleet.targets, key=lambda t: (t.slice_index, t.worker))
+        if not targets:
+            raise TpuctlError(f"{self.name} has no workers")
+        if self.options.kind == "slice-failure":
+            others = [t for t in targets if t.slice_index != target_slice]
+            if others:
+                return others[0]
+        return targets[0]
+
+    def _preflight(
+        self, report: DrillReport, observer: WorkerTarget
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """Wait until every worker runs the job and the observer has logged two steps apart."""
+        first: tuple[int, float] | None = None
+        while True:
+            self._left("the job to be running on every worker with step lines in its log")
+            statuses = self._statuses()
+            if statuses and all(s.state == "running" for s in statuses):
+                facts = self._facts(observer)
+                now = self.clock.monotonic()
+                if facts.last_step is not None:
+                    if first is None:
+                        first = (facts.last_step, now)
+                    elif facts.last_step > first[0]:
+                        report.step_before_trigger = facts.last_step
+                        report.step_seconds = (now - first[1]) / (facts.last_step - first[0])
+                        return {s.label: (s.boot, s.pid) for s in statuses}
+            elif statuses and all(s.state == "done" for s in statuses):
+                raise TpuctlError(
+                    f"drill on {self.name}: the job has already finished; nothing to disrupt",
+                    name=self.name,
+                )
+            self.clock.sleep(self.options.poll)
+
+    def _trigger(self, target_slice: int) -> None:
+        kind = self.options.kind
+        qr_name = self.api.qr_name(self.name)
+        if kind == "maintenance":
+            node_ids = sorted(
+                {t.node_id for t in self.fleet.targets if t.slice_index == target_slice}
+            )
+            node = self.api.location.node_name(node_ids[0])
+            simulate_maintenance(self.api, node, self.options.worker)
+        elif kind == "preempt":
+            assert self.admin is not None
+            self.admin.preempt(qr_name)
+        else:
+            assert self.admin is not None
+            self.admin.fail_slice(qr_name, target_slice)
+
+    def _recover_preemption(self) -> str:
+        """Wait for SUSPENDED; read what the old boot logged; recreate (unless external)."""
+        seen_gone = False
+        while True:
+            self._left("the queued resource to be SUSPENDED after the preemption")
+            state = queries.observe(self.api, self.name).state
+            if state in ("SUSPENDED", GONE) or (
+                self.options.external_recovery and state not in ("ACTIVE", "SUSPENDING")
+            ):
+                seen_gone = state != "SUSPENDED"
+                break
+            self.clock.sleep(self.options.poll)
+        observer = self._observer(0)
+        old_text = self._read(observer, None) if not seen_gone else ""
+        if self.options.external_recovery:
+            self.emit("drill.waiting", f"waiting for tpuctl up to recreate {self.name}")
+            while True:
+                self._left("tpuctl up to recreate the queued resource (--external-recovery)")
+                state = queries.observe(self.api, self.name).state
+                if state not in SUSPENDED_STATES and state != GONE:
+                    seen_gone = True
+                if seen_gone and state == "ACTIVE":
+                    break
+                self.clock.sleep(self.options.poll)
+            self._fleet = None
+            return old_text
+        assert self.spec is not None  # preempt recovery needs the spec (checked by the CLI)
+        lifecycle.delete(self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True)
+        self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="drill")
+        lifecycle.create(self.api, create_request(self.spec, self.api.location))
+        self.emit("qr.recreated", f"created {self.name} again (same run name)", drill=True)
+        left = max(1.0, self._deadline - self.clock.monotonic())
+        policy = WatchPolicy(until="ACTIVE", overall_timeout=left)
+        lifecycle.wait(
+            self.api,
+            self.name,
+            lifecycle.WaitOptions(policy=policy, keep_on_timeout=True),
+            clock=self.clock,
+        )
+        self._fleet = None
+        self.jobs.deliver_and_start(self.fleet, self.spec)
+        self.emit("job.started", f"{self.name}: job delivered and started", drill=True)
+        return old_text
+
+    def _wait_back(
+        self, before: dict[str, tuple[int | None, int | None]]
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """Every worker running (or done) a new boot of the job: another (boot, pid) than
+        before on each; a disk that waits for the code gets it (unless tpuctl up does that)."""
+        delivered_at = -1e9
+        while True:
+            self._left("the job to run again on every worker with a new boot")
+            statuses = self._statuses()
+            now = self.clock.monotonic()
+            if statuses:
+                waiting = any(s.state == "waiting-for-code" for s in statuses)
+                if (
+                    waiting
+                    and not self.options.external_recovery
+                    and self.spec is not None
+                    and now - delivered_at > 15.0
+                ):
+                    self.jobs.deliver_and_start(self.fleet, self.spec)
+                    delivered_at = now
+                current = {s.label: (s.boot, s.pid) for s in statuses}
+                # Every slice restarts (multislice repair restarts the others too); a killed
+                # worker's status file still says running with its old pid until it reboots.
+                fresh = all(current[label] != before.get(label) for label in current)
+                if fresh and all(s.state in ("running", "done") for s in statuses):
+                    return current
+            self.clock.sleep(self.options.poll)
+
+    def _wait_new_steps(self, observer: WorkerTarget) -> LogFacts:
+        while True:
+            self._left("the job to log steps after the restart")
+            facts = self._facts(observer)
+            if facts.step_lines > 0 and facts.resume_point is not None:
+                return facts
+            statuses = self._statuses()
+            if statuses and all(s.state == "done" for s in statuses):
+                return facts
+            self.clock.sleep(self.options.poll)
+
+    # ------------------------------------------------------------------------------ verdict
+
+
+def _bare_spec(name: str) -> Spec:
+    """For NAME without a spec: the run name is the QR name (tpuctl's default)."""
+    from tpuctl.spec.model import JobSpec, Spec, TpuSpec
+
+    return Spec(
+        name=name,
+        tpu=TpuSpec(accelerator="v4-8", runtime="unknown"),
+        job=JobSpec(command=""),
+        source=name,
+    )

@@ -1,0 +1,133 @@
+"""A drill's report and its verdict: what step the event hit, where the job resumed, how many
+steps were computed twice, and whether that is within what the event allows. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from tpuctl.envelope import Result
+from tpuctl.errors import ExitCode, TpuctlError
+from tpuctl.storage.logs import LogFacts, parse_log
+
+_AUTOCHECKPOINT = re.compile(r"autocheckpoint at step (\d+)")
+
+
+@dataclass
+class DrillReport(Result):
+    """What a drill found; its JSON is documented in docs/output.md (kind Drill)."""
+
+    KIND: ClassVar[str] = "Drill"
+    name: str
+    run: str
+    drill: str  # maintenance | preempt | slice-failure
+    autocheckpoint: bool
+    triggered_at: datetime | None = None
+    recovered_at: datetime | None = None
+    recovery_seconds: float | None = None
+    observer: str = "0/0"
+    step_before_trigger: int | None = None
+    step_at_event: int | None = None
+    step_at_event_exact: bool = True
+    autocheckpoint_logged: int | None = None
+    checkpoint_before: int | None = None
+    checkpoint_at_event: bool = False
+    new_checkpoint_at_event: bool = False
+    last_checkpoint_before_event: int | None = None
+    resumed_from: int | None = None
+    recomputed_steps: int | None = None
+    allowed_steps: int | None = None
+    step_seconds: float | None = None
+    boots_before: dict[str, int | None] = field(default_factory=dict)
+    boots_after: dict[str, int | None] = field(default_factory=dict)
+    ok: bool = False
+    verdict: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.ok else ExitCode.ERROR
+
+    def exit_error(self) -> TpuctlError | None:
+        return None if self.ok else TpuctlError(f"drill failed: {self.verdict}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["recovery_seconds"] = _round(self.recovery_seconds)
+        data["step_seconds"] = _round(self.step_seconds, 4)
+        return data
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def judge(
+    report: DrillReport,
+    *,
+    old_text: str,
+    new: LogFacts,
+    before_steps: set[int],
+    after_steps: set[int],
+    pattern: re.Pattern[str],
+    has_record: bool,
+) -> None:
+    """Fill in the report's numbers and verdict from the old boot's log, the new boot's log
+    facts and the complete checkpoint steps seen before and after the event."""
+    old = parse_log(old_text, pattern)
+    auto = _AUTOCHECKPOINT.findall(old_text)
+    report.autocheckpoint_logged = int(auto[-1]) if auto else None
+    if old.last_step is not None:
+        report.step_at_event = old.last_step
+    else:
+        report.step_at_event = report.step_before_trigger
+        report.step_at_event_exact = False
+        report.notes.append(
+            "the old boot's log was not readable after the event (a new disk): the step at "
+            "the event is the last one seen before the trigger, a lower bound"
+        )
+    report.resumed_from = new.resume_point
+    known = before_steps | after_steps
+    if report.resumed_from is not None and report.resumed_from > 0:
+        known.add(report.resumed_from)
+    event = report.step_at_event
+    if event is not None:
+        report.checkpoint_at_event = event in known
+        report.new_checkpoint_at_event = event in after_steps and event not in before_steps
+        earlier = [step for step in known if step <= event]
+        report.last_checkpoint_before_event = max(earlier) if earlier else None
+    if event is not None and report.resumed_from is not None:
+        report.recomputed_steps = max(0, event - report.resumed_from)
+        if report.resumed_from > event:
+            report.notes.append(
+                f"resumed from step {report.resumed_from}, after the step seen at the event"
+            )
+    expects_zero = report.drill == "maintenance" and report.autocheckpoint
+    if expects_zero:
+        report.allowed_steps = 0
+    elif event is not None and has_record:
+        report.allowed_steps = event - (report.last_checkpoint_before_event or 0)
+    else:
+        report.allowed_steps = 0 if not has_record else None
+        if not has_record:
+            report.notes.append("no checkpoint.dir known (no spec): only 0 recomputed passes")
+    recomputed = report.recomputed_steps
+    allowed = report.allowed_steps
+    if recomputed is None or allowed is None:
+        report.ok = False
+        report.verdict = "could not tell what was lost (no step lines before or after the event)"
+        return
+    missing_autocheckpoint = expects_zero and not report.checkpoint_at_event
+    report.ok = recomputed <= allowed and not missing_autocheckpoint
+    what = (
+        f"event at step {event}, resumed from {report.resumed_from}: {recomputed} steps "
+        f"recomputed (allowed {allowed})"
+    )
+    if missing_autocheckpoint:
+        report.verdict = f"FAILED: no checkpoint at the event step ({what})"
+    elif report.ok:
+        report.verdict = f"ok: {what}"
+    else:
+        report.verdict = f"FAILED: progress lost beyond what the event allows ({what})"

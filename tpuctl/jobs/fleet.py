@@ -1,0 +1,60 @@
+"""A fleet ready to connect to: the QR's workers (cloud), selected, our key in their nodes'
+`ssh-keys` metadata, their host keys from guest attributes, one connection setting (fanout)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tpuctl.cloud import nodes as cloud_nodes
+from tpuctl.cloud.client import TpuApi
+from tpuctl.errors import UsageError
+from tpuctl.fanout.connection import ConnectOptions
+from tpuctl.fanout.keys import check_user, default_user, ensure_key
+from tpuctl.fanout.operations import Fleet, SshSettings
+from tpuctl.fanout.targets import select, ssh_port, worker_targets
+
+Progress = Callable[[str], None]
+
+
+def prepare_fleet(
+    api: TpuApi,
+    name: str,
+    settings: SshSettings,
+    *,
+    nodes: str = "all",
+    workers: str = "all",
+    on_progress: Progress | None = None,
+) -> Fleet:
+    """Resolve the QR's workers, select them, make sure our key is in their nodes' ssh-keys
+    metadata, and read their host keys from guest attributes (unless checking is off)."""
+    say = on_progress or (lambda _message: None)
+    if settings.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    resolved = cloud_nodes.resolve_nodes(api, name)
+    everyone = worker_targets(
+        resolved.nodes, port=ssh_port(settings.ssh_port), internal_ip=settings.internal_ip
+    )
+    targets = select(everyone, nodes=nodes, workers=workers)
+    if not targets:
+        raise UsageError(f"no workers selected in {name}")
+    user = check_user(default_user(settings.user))
+    key = ensure_key(settings.key_path)
+    if key.created:
+        say(f"created SSH key {key.path} (ed25519)")
+    node_ids = list(dict.fromkeys(target.node_id for target in targets))
+    for node_id in node_ids:
+        if cloud_nodes.add_ssh_key(
+            api, api.location.node_name(node_id), user, key.algorithm, key.blob
+        ):
+            say(f"published {user}'s key {key.path}.pub to {node_id}")
+    if settings.strict_host_key_checking:
+        keys = cloud_nodes.host_keys(api, node_ids)
+        targets = [t.with_host_keys(keys.get((t.node_id, t.worker), [])) for t in targets]
+    options = ConnectOptions(
+        user=user,
+        pkey=key.pkey,
+        connect_timeout=settings.connect_timeout,
+        keepalive=settings.keepalive,
+        verify_host_keys=settings.strict_host_key_checking,
+    )
+    return Fleet(resolved.queued_resource, targets, options, key, user, settings)

@@ -1,0 +1,31 @@
+"""Spec → the create request tpuctl sends (rendered, with a fresh idempotency key), and the
+create-and-wait every command that brings a queued resource up shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuctl.clock import utc_now
+from tpuctl.cloud import lifecycle
+from tpuctl.cloud.client import TpuApi
+from tpuctl.cloud.resolve import Location
+from tpuctl.cloud.results import CreateResult
+from tpuctl.render.request import render_request
+from tpuctl.spec.model import Spec
+
+
+def create_request(spec: Spec, location: Location, request_id: str | None = None) -> Any:
+    """The CreateQueuedResourceRequest for `spec` in `location`, with one request_id that every
+    retry of this create reuses (a new one per create)."""
+    return render_request(
+        spec,
+        project=location.project,
+        zone=location.zone,
+        request_id=request_id or lifecycle.new_request_id(),
+        now=utc_now(),
+    )
+
+
+def create_from_spec(api: TpuApi, spec: Spec) -> CreateResult:
+    """Create the spec's queued resource (or accept the one made from the same spec)."""
+    return lifecycle.create(api, create_request(spec, api.location))

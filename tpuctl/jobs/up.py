@@ -1,0 +1,439 @@
+"""The babysitter behind `tpuctl up`: bring a job's queued resource up, start the job, and
+recover it until it is done.
+
+Decisions, in the order they are checked on every poll:
+
+* the done marker (or every worker reporting `done`) → delete the QR unless kept; exit 0;
+* the QR SUSPENDED (spot preemption), or FAILED after it was ACTIVE → delete it (force) and
+  create it again from the same spec (same run name, so the job resumes), wait, deliver and
+  start; counts against `recovery.max_preemptions` (exhausted → PreemptedError, exit 7);
+* the job side (tpuctl.jobs.job_watch): the job exited on every worker without the done marker
+  while every node is READY and not under maintenance, for `failure_confirm` seconds → restart
+  it, counting against `recovery.max_failures` (exhausted → exit 3); a maintenance event or a
+  reset is not a failure (the boot count goes up and the startup script relaunches the job);
+  a crash loop (no new checkpoint across the last `crashloop_restarts` restarts) → exit 3.
+
+Budgets count within one `Babysitter.run()`; the journal keeps the history across runs.
+Nothing here prints, sleeps on its own or exits: every dependency (API, fleet, job operations,
+storage, journal, clock) is injected, and every decision goes to `on_event` and the journal.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tpuctl.clock import Clock
+from tpuctl.cloud import lifecycle, queries
+from tpuctl.cloud.describe import enum_name, state_name
+from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
+from tpuctl.envelope import Result
+from tpuctl.errors import (
+    Interrupted,
+    NotFoundError,
+    PreemptedError,
+    QueuedResourceFailed,
+    TpuctlError,
+)
+from tpuctl.jobs.adapters import (
+    FanoutJobOps,
+    JobOps,
+    JobRecord,
+    JournalLike,
+    StorageJobRecord,
+)
+from tpuctl.jobs.job_watch import JobDone, JobWatch
+from tpuctl.jobs.provision import create_request
+
+if TYPE_CHECKING:
+    from tpuctl.cloud.client import TpuApi
+    from tpuctl.fanout.operations import Fleet
+    from tpuctl.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class UpEvent:
+    """One decision or observation: printed by the CLI, appended to the journal."""
+
+    at: datetime
+    kind: str
+    message: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    keep: bool = False
+    poll: float | None = None  # steady ACTIVE poll spacing; None: the watcher's (6 s + jitter)
+    job_check_every: float = 20.0  # per-worker job status over SSH
+    failure_confirm: float = 10.0  # every worker exited for this long (same boots) = a failure
+    crashloop_restarts: int = 2
+    queue_timeout: float | None = None
+    provision_timeout: float | None = None
+    keep_on_timeout: bool = False
+    start_attempts: int = 3  # deliver_and_start tries (SSH right after ACTIVE can be early)
+    running_timeout: float = 600.0  # after a start, how long the job may take to be running
+    resume_hint: str | None = None  # e.g. "tpuctl up job.yaml", for the Ctrl-C message
+
+
+def up_options(
+    spec: Spec,
+    *,
+    queue_timeout: float | None = None,
+    provision_timeout: float | None = None,
+    **settings: Any,
+) -> UpOptions:
+    """UpOptions from `up`'s flags, the spec's deadlines filling the ones not given."""
+    if queue_timeout is None and spec.deadlines.queue is not None:
+        queue_timeout = spec.deadlines.queue.total_seconds()
+    if provision_timeout is None and spec.deadlines.provision is not None:
+        provision_timeout = spec.deadlines.provision.total_seconds()
+    return UpOptions(queue_timeout=queue_timeout, provision_timeout=provision_timeout, **settings)
+
+
+@dataclass
+class UpResult(Result):
+    """How `tpuctl up` ended (only success prints this; the rest are errors with exit codes)."""
+
+    KIND: ClassVar[str] = "Up"
+    name: str
+    outcome: str  # "done"
+    preemptions: int = 0
+    failures: int = 0
+    restarts: int = 0
+    latest_step: int | None = None
+    deleted: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class Babysitter:
+    """`Babysitter(spec, api, fleet_factory=…).run()`: see the module docstring."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        api: TpuApi,
+        *,
+        fleet_factory: Callable[[], Fleet],
+        jobs: JobOps | None = None,
+        record: JobRecord | None = None,
+        journal: JournalLike | None = None,
+        options: UpOptions | None = None,
+        clock: Clock | None = None,
+        on_event: Callable[[UpEvent], None] | None = None,
+        rng: random.Random | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self.spec = spec
+        # Ctrl-C inside an SSH fan-out is absorbed by the engine (it returns an interrupted
+        # result), so the CLI also raises a flag, checked after every step.
+        self.stop_requested = stop_requested or (lambda: False)
+        self.api = api
+        self.name = spec.name
+        self.fleet_factory = fleet_factory
+        self.jobs: JobOps = jobs or FanoutJobOps()
+        self.record: JobRecord = record or StorageJobRecord(spec)
+        self.journal = journal
+        self.options = options or UpOptions()
+        self.clock = clock or Clock()
+        self.on_event = on_event or (lambda _event: None)
+        self.rng = rng or random.Random()
+        self.result = UpResult(name=self.name, outcome="running")
+        self.state: str | None = None
+        self.ever_active = False
+        self.job = JobWatch(self)
+        self._fleet: Fleet | None = None
+        self._fast_polls = 0
+
+    # --------------------------------------------------------------------------- plumbing
+
+    def emit(self, kind: str, message: str, **fields: Any) -> None:
+        event = UpEvent(self.clock.now(), kind, message, fields)
+        if self.journal is not None:
+            self.journal.append(kind, message=message, **fields)
+        self.on_event(event)
+
+    @property
+    def fleet(self) -> Fleet:
+        if self._fleet is None:
+            self._fleet = self.fleet_factory()
+        return self._fleet
+
+    def forget_fleet(self) -> None:
+        """Resolve the workers again on next use (new addresses or host keys)."""
+        self._fleet = None
+
+    def check_stop(self) -> None:
+        if self.stop_requested():
+            raise KeyboardInterrupt
+
+    # --------------------------------------------------------------------------- entry point
+
+    def run(self) -> UpResult:
+        """Babysit until done; raise the TpuctlError whose exit code says how it ended."""
+        recovery = self.spec.recovery
+        self.result.started_at = self.clock.now()
+        self.emit(
+            "up.start",
+            f"babysitting {self.name} (run {self.spec.run_name}; budgets: "
+            f"{recovery.max_preemptions} preemptions, {recovery.max_failures} job failures)",
+            name=self.name,
+            run=self.spec.run_name,
+            max_preemptions=recovery.max_preemptions,
+            max_failures=recovery.max_failures,
+            keep=self.options.keep,
+        )
+        try:
+            self._babysit()
+        except JobDone:
+            self._finish()
+        except (KeyboardInterrupt, Interrupted) as interrupted:
+            error = self._interrupted()
+            self._exit(error)
+            raise error from (interrupted if isinstance(interrupted, Interrupted) else None)
+        except TpuctlError as error:
+            self._exit(error)
+            raise
+        self.result.outcome = "done"
+        self.result.finished_at = self.clock.now()
+        self.emit("up.exit", f"{self.name}: done", exit_code=0, outcome="done")
+        return self.result
+
+    def _exit(self, error: TpuctlError) -> None:
+        self.emit(
+            "up.exit",
+            f"tpuctl up exits with {int(error.exit_code)} ({error.kind})",
+            exit_code=int(error.exit_code),
+            outcome=error.kind,
+            reason=error.message,
+        )
+
+    def _interrupted(self) -> Interrupted:
+        state = self.state or "unknown"
+        resume = self.options.resume_hint or f"tpuctl up {self.spec.source}"
+        delete = queries.delete_command(self.api, self.name)
+        return Interrupted(
+            f"interrupted: stopped babysitting {self.name} (state {state}); the queued resource "
+            "and the job were left running",
+            hint=f"resume with: {resume}  (it picks up the running job)  or delete it: {delete}",
+            name=self.name,
+            state=state,
+            deleted=False,
+            delete_command=delete,
+            resume_command=resume,
+        )
+
+    # --------------------------------------------------------------------------- main loop
+
+    def _babysit(self) -> None:
+        if self.record.is_done():
+            self.emit("job.done", f"{self.name}: the done marker exists already", already=True)
+            raise JobDone
+        existed = self._bring_up()
+        self.job.start(resume_existing=existed)
+        while True:
+            self.clock.sleep(self._next_delay())
+            self._poll_once()
+
+    def _next_delay(self) -> float:
+        now = self.clock.monotonic()
+        if self._fast_polls > 0 or self.job.awaiting_running_since is not None:
+            self._fast_polls = max(0, self._fast_polls - 1)
+            delay = self.rng.uniform(0.5, 1.0)
+        elif self.options.poll is not None:
+            delay = self.options.poll
+        else:
+            policy = WatchPolicy()
+            delay = policy.slow_min * (1.0 + self.rng.uniform(0.0, policy.slow_jitter))
+        return max(0.0, min(delay, self.job.next_check - now))
+
+    def _poll_once(self) -> None:
+        self.check_stop()
+        observation = queries.observe(self.api, self.name)
+        changed = self._saw_state(observation.state, observation.initiator, observation.failure)
+        if self.record.is_done():
+            self.emit("job.done", f"{self.name}: the done marker appeared")
+            raise JobDone
+        state = observation.state
+        if state == GONE:
+            raise NotFoundError(
+                f"{self.name} was deleted while tpuctl up was babysitting it",
+                hint=f"create it again with: {self.options.resume_hint or 'tpuctl up SPEC'}",
+                name=self.name,
+            )
+        if state == "SUSPENDED" or (state == "FAILED" and self.ever_active):
+            self._recover_qr(state, observation.initiator, observation.failure)
+            return
+        if state == "FAILED":
+            raise QueuedResourceFailed(
+                f"{self.name} FAILED before it was ever ACTIVE: {observation.failure}",
+                hint=queries.delete_command(self.api, self.name),
+                name=self.name,
+                state=state,
+            )
+        if state in SUSPENDED_STATES:  # SUSPENDING: SUSPENDED follows within seconds
+            self._fast_polls = 3
+            return
+        if state == "ACTIVE" and (changed or self.clock.monotonic() >= self.job.next_check):
+            self.job.check()
+
+    def _saw_state(self, state: str, initiator: str | None, failure: str | None) -> bool:
+        if state == self.state:
+            return False
+        previous = self.state
+        self.state = state
+        if state == "ACTIVE":
+            self.ever_active = True
+        self._fast_polls = 3
+        why = f" (initiated by {initiator})" if initiator and state in SUSPENDED_STATES else ""
+        why += f": {failure}" if failure and state == "FAILED" else ""
+        arrow = f"{previous} → {state}" if previous else state
+        self.emit(
+            "qr.state",
+            f"{self.name}: {arrow}{why}",
+            state=state,
+            previous=previous,
+            initiator=initiator,
+            failure=failure,
+        )
+        return True
+
+    def _on_watch(self, event: WatchEvent) -> None:
+        if event.kind == "state":
+            observation = event.observation
+            self._saw_state(
+                event.state,
+                observation.initiator if observation else None,
+                observation.failure if observation else None,
+            )
+        elif event.kind == "warning":
+            self.emit("qr.warning", f"{self.name}: {event.message}", state=event.state)
+
+    # --------------------------------------------------------------------------- the QR
+
+    def _bring_up(self) -> bool:
+        """Create (or accept) the QR and wait for ACTIVE; recreate it on preemption.
+
+        Returns whether an ACTIVE QR existed already (the job may be running on it).
+        """
+        existed_active = False
+        existing = self.api.find_queued_resource(self.name)
+        if existing is not None:
+            state = state_name(existing)
+            initiator = enum_name(existing.state.state_initiator)
+            self._saw_state(state, initiator, None)
+            if state in SUSPENDED_STATES:
+                self._recover_qr(state, initiator, None, restart_job=False)
+                return False
+            existed_active = state == "ACTIVE"
+        request = create_request(self.spec, self.api.location)
+        created = lifecycle.create(self.api, request)
+        if created.action == "created":
+            self.emit("qr.created", f"created {self.name}", request_id=created.request_id)
+        else:
+            seen = created.queued_resource.state if created.queued_resource else None
+            self.emit(
+                "qr.exists", f"{self.name} exists from this spec ({seen}); using it", state=seen
+            )
+        try:
+            self._wait_active()
+        except PreemptedError as error:
+            self._recover_qr(str(error.details.get("state") or "SUSPENDED"), None, None, False)
+            return False
+        except QueuedResourceFailed as error:
+            if not self.ever_active:
+                raise
+            self._recover_qr("FAILED", None, error.details.get("reason"), restart_job=False)
+            return False
+        return existed_active
+
+    def _wait_active(self) -> None:
+        options = self.options
+        policy = WatchPolicy(
+            until="ACTIVE",
+            queue_timeout=options.queue_timeout,
+            provision_timeout=options.provision_timeout,
+        )
+        wait_options = lifecycle.WaitOptions(policy=policy, keep_on_timeout=options.keep_on_timeout)
+        lifecycle.wait(self.api, self.name, wait_options, on_event=self._on_watch, clock=self.clock)
+        self.ever_active = True
+        self.forget_fleet()  # new workers (or host keys) after a (re)create
+
+    def _recover_qr(
+        self,
+        state: str,
+        initiator: str | None,
+        failure: str | None,
+        restart_job: bool = True,
+    ) -> None:
+        """Delete a SUSPENDED (or FAILED after ACTIVE) QR and create it again."""
+        max_preemptions = self.spec.recovery.max_preemptions
+        self.result.preemptions += 1
+        count = self.result.preemptions
+        checkpoint = self.record.latest_checkpoint()
+        last = self.job.last_step
+        cause = "spot preemption" if state in SUSPENDED_STATES else f"{state}: {failure}"
+        self.emit(
+            "preemption.detected",
+            f"{self.name} is {state} ({cause}"
+            + (f", initiated by {initiator}" if initiator else "")
+            + f"); recovery {count} of {max_preemptions}",
+            state=state,
+            initiator=initiator,
+            failure=failure,
+            count=count,
+            budget=max_preemptions,
+            checkpoint_step=checkpoint[0] if checkpoint else None,
+            last_step=last[0] if last else None,
+            last_step_at=last[1] if last else None,
+            step_seconds=self.job.step_seconds,
+        )
+        self.job.disruption = "preemption"
+        lifecycle.delete(self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True)
+        self.state = GONE
+        if count > max_preemptions:
+            self.emit(
+                "qr.deleted",
+                f"deleted {self.name}: a {state} queued resource is never re-allocated",
+                reason="preemption budget exhausted",
+            )
+            raise PreemptedError(
+                f"{self.name} was preempted {count} times; recovery.max_preemptions is "
+                f"{max_preemptions}: gave up (the queued resource was deleted)",
+                hint="raise recovery.max_preemptions, or use another capacity tier",
+                name=self.name,
+                preemptions=count,
+            )
+        self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="recreate")
+        created = lifecycle.create(self.api, create_request(self.spec, self.api.location))
+        self.emit(
+            "qr.recreated",
+            f"created {self.name} again (same run name, so the job resumes)",
+            count=count,
+            request_id=created.request_id,
+        )
+        try:
+            self._wait_active()
+        except PreemptedError as error:
+            self._recover_qr(str(error.details.get("state") or "SUSPENDED"), None, None, False)
+        except QueuedResourceFailed as error:
+            self._recover_qr("FAILED", None, error.details.get("reason"), restart_job=False)
+        if restart_job:
+            self.job.start(resume_existing=False)
+
+    def _finish(self) -> None:
+        checkpoint = self.record.latest_checkpoint()
+        self.result.latest_step = checkpoint[0] if checkpoint else self.result.latest_step
+        if self.options.keep:
+            self.emit("qr.kept", f"kept {self.name} (--keep)")
+            return
+        deleted = lifecycle.delete(
+            self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True
+        )
+        self.result.deleted = deleted.action in ("deleted", "delete_requested")
+        self.state = GONE
+        self.emit("qr.deleted", f"deleted {self.name}: the job is done", reason="done")

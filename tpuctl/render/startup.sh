@@ -1,0 +1,487 @@
+#!/bin/bash
+# tpuctl startup script: the resume contract, run as root by the guest agent on every
+# boot. Rendered by `tpuctl render`; edit the spec, not this file.
+#
+# Only the values block differs between specs (each value shell-quoted once); the rest is the
+# fixed text of tpuctl's template (tpuctl/render/startup.sh), which only ever expands those
+# variables in double quotes. It needs bash >= 4.4 (empty arrays under `set -u`), flock and
+# curl; setpriv (or runuser), useradd and fuser are used when present.
+# shellcheck disable=SC2088 # paths with a literal ~ are the spec's, resolved by resolve_path
+
+# --- values from the spec (each one shell-quoted) ---
+# @values-begin: the defaults below let shellcheck and a bare run read the template
+SPEC_NAME=example
+RUN_NAME=example
+JOB_USER=tpuctl
+WORKDIR_SPEC='~/job'
+CODE=''
+CHECKPOINT_DIR_SPEC='~/checkpoints'
+CHECKPOINT_ROOT_SPEC=''
+DONE_MARKER_SPEC=''
+FRAMEWORK=custom
+JOB_COMMAND=true
+MULTISLICE=0
+AUTOCHECKPOINT=0
+TARGET_STEP=''
+SETUP_COMMANDS=()
+JOB_ENV=()
+STATE_ROOT=/var/lib/tpuctl
+LOG_ROOT=/var/log/tpuctl
+CODE_READY_MARKER=.tpuctl-uploaded
+
+# The framework preset's flags, filled in once the checkpoint dir is resolved.
+preset_args() {
+  PRESET_ARGS=()
+}
+# @values-end
+
+# --- fixed part ---
+set -Eeuo pipefail
+umask 022
+
+# TPUCTL_VM_ROOT is set only by tpuctl's emulator, where many "VMs" share one machine and one
+# OS user: every machine-global path goes under it, and no users are created or switched.
+VM_ROOT="${TPUCTL_VM_ROOT:-}"
+METADATA_URL="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance/attributes"
+HEARTBEAT_SECONDS="${TPUCTL_HEARTBEAT_SECONDS:-10}"
+TPUCTL_DIR="$VM_ROOT$STATE_ROOT"
+STATE_DIR="$TPUCTL_DIR/$RUN_NAME"
+LOG_DIR="$VM_ROOT$LOG_ROOT/$RUN_NAME"
+# Without checkpoint.dir the marker is on this disk; with one it is in the shared checkpoint dir
+# (resolved below), where it outlives a repaired worker's new disk and any machine can see it.
+DONE_MARKER="$STATE_DIR/DONE"
+CHECKPOINT_ROOT=""
+# An Orbax step folder: `N` or `<prefix>_N` (a local save in progress is `N.orbax-checkpoint-tmp…`).
+STEP_NAME='^([^/]*_)?([0-9]+)$'
+BOOT_LOG=""
+STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON=""
+
+# To the guest agent's journal (stderr) and to this boot's log, which is what `tpuctl logs` reads.
+LOG_TO_STDERR=1
+log() {
+  local line
+  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) tpuctl-startup: $*"
+  if ((LOG_TO_STDERR)); then printf '%s\n' "$line" >&2; fi
+  if [[ -n $BOOT_LOG ]]; then printf '%s\n' "$line" >>"$BOOT_LOG" || true; fi
+  return 0
+}
+
+# KEY=value lines, replaced by rename so a reader never sees half a file.
+write_status() {
+  local tmp="$STATE_DIR/.status.$BASHPID"
+  {
+    printf 'state=%s\n' "$STATUS_STATE"
+    printf 'boot=%s\n' "$BOOT"
+    printf 'pid=%s\n' "$TRAINER_PID"
+    printf 'started=%s\n' "$STARTED"
+    printf 'exit_code=%s\n' "$EXIT_CODE"
+    printf 'heartbeat=%s\n' "$(date +%s)"
+    printf 'reason=%s\n' "${REASON//$'\n'/ }"
+  } >"$tmp" && mv -f "$tmp" "$STATE_DIR/status"
+}
+
+# Anything that fails before the trainer starts is a failed setup; say so where tpuctl looks.
+# shellcheck disable=SC2317 # called by the ERR trap
+on_error() {
+  local rc=$? line=$1 command=$2
+  trap - ERR
+  REASON="line $line: '$command' exited with $rc"
+  STATUS_STATE=setup-failed
+  log "setup failed: $REASON"
+  write_status || true
+  exit 1
+}
+trap 'on_error "$LINENO" "$BASH_COMMAND"' ERR
+
+fail_setup() {
+  trap - ERR
+  REASON=$1
+  STATUS_STATE=setup-failed
+  log "setup failed: $REASON"
+  write_status || true
+  exit 1
+}
+
+metadata() {
+  curl -fsS --retry 5 --retry-delay 1 --retry-connrefused --connect-timeout 3 --max-time 10 \
+    -H 'Metadata-Flavor: Google' "$METADATA_URL/$1"
+}
+
+# tpu-env holds lines like `MEGASCALE_SLICE_ID: '1'`.
+tpu_env_value() {
+  local line value
+  while IFS= read -r line; do
+    [[ ${line%%:*} == "$1" ]] || continue
+    value=${line#*:}
+    value=${value#"${value%%[![:space:]]*}"}
+    value=${value#\'}
+    printf '%s' "${value%\'}"
+    return 0
+  done <<<"$TPU_ENV"
+  return 0
+}
+
+# `~`, `~/x` and relative paths live in the job user's home; absolute ones on the (emulated) VM.
+resolve_path() {
+  local path=$1
+  case $path in
+    "~") RESOLVED=$JOB_HOME ;;
+    "~/"*) RESOLVED="$JOB_HOME/${path#"~/"}" ;;
+    /*) RESOLVED="$VM_ROOT$path" ;;
+    *) RESOLVED="$JOB_HOME/$path" ;;
+  esac
+}
+
+# The checkpoint dir is shared storage: a bucket, or an absolute path that all emulated workers
+# share the way they would share a bucket, so only `~` and relative paths are rewritten.
+resolve_shared_path() {
+  case $1 in
+    gs://* | /*) RESOLVED=$1 ;;
+    *) resolve_path "$1" ;;
+  esac
+}
+
+# gcloud when the image has it, else gsutil (older images).
+gcs() {
+  if command -v gcloud >/dev/null; then
+    case $1 in
+      exists) gcloud storage ls -- "$2" >/dev/null 2>&1 ;;
+      list) gcloud storage ls -- "$2" 2>/dev/null ;;
+      write) gcloud storage cp - "$2" ;;
+    esac
+  else
+    case $1 in
+      exists) gsutil -q stat "$2" >/dev/null 2>&1 ;;
+      list) gsutil ls "$2" 2>/dev/null ;;
+      write) gsutil -q cp - "$2" ;;
+    esac
+  fi
+}
+
+# Only the marker says a job is done, never an exit code.
+done_marker_exists() {
+  case $DONE_MARKER in
+    gs://*) gcs exists "$DONE_MARKER" ;;
+    *) [[ -e $DONE_MARKER ]] ;;
+  esac
+}
+
+write_done_marker() {
+  local tmp text="$*"
+  case $DONE_MARKER in
+    gs://*) printf '%s\n' "$text" | gcs write "$DONE_MARKER" ;;
+    *)
+      tmp="$DONE_MARKER.tmp.$BASHPID"
+      mkdir -p -- "${DONE_MARKER%/*}" && printf '%s\n' "$text" >"$tmp" &&
+        mv -f -- "$tmp" "$DONE_MARKER"
+      ;;
+  esac
+}
+
+# The highest committed step under the checkpoint root: on Cloud Storage a step folder with
+# commit_success.txt (Orbax adds it last), on a disk any step folder (a save in progress has a
+# tmp name and is renamed when committed). Prints nothing when there is none.
+latest_committed_step() {
+  local best="" path step listing
+  case $CHECKPOINT_ROOT in
+    gs://*)
+      listing=$(gcs list "$CHECKPOINT_ROOT/*/commit_success.txt") || listing=""
+      while IFS= read -r path; do
+        path=${path%/commit_success.txt}
+        [[ ${path##*/} =~ $STEP_NAME ]] || continue
+        step=$((10#${BASH_REMATCH[2]}))
+        if [[ -z $best ]] || ((step > best)); then best=$step; fi
+      done <<<"$listing"
+      ;;
+    "") ;;
+    *)
+      for path in "$CHECKPOINT_ROOT"/*/; do
+        path=${path%/}
+        [[ -d $path && ${path##*/} =~ $STEP_NAME ]] || continue
+        step=$((10#${BASH_REMATCH[2]}))
+        if [[ -z $best ]] || ((step > best)); then best=$step; fi
+      done
+      ;;
+  esac
+  printf '%s' "$best"
+}
+
+# ----------------------------------------------------------------------------------------------
+# 1. One startup run at a time, and never a second trainer: the lock is held by the supervisor
+#    and the trainer for as long as either lives.
+mkdir -p "$TPUCTL_DIR" "$STATE_DIR" "$LOG_DIR"
+exec 9>>"$TPUCTL_DIR/startup.lock"
+if ! flock -n 9; then
+  log "another tpuctl startup run or trainer holds $TPUCTL_DIR/startup.lock; nothing to do"
+  exit 0
+fi
+
+# Boots are counted; tpuctl running the script again in the same boot (after uploading the code,
+# or to restart the job: TPUCTL_STARTUP_RERUN=1) is not a new one and shares its log.
+BOOT=$(cat "$STATE_DIR/boot" 2>/dev/null || true)
+[[ $BOOT =~ ^[0-9]+$ ]] || BOOT=0
+RUN_KIND=boot
+if [[ ${TPUCTL_STARTUP_RERUN:-} == 1 ]] && ((BOOT > 0)); then
+  RUN_KIND="rerun in boot"
+else
+  BOOT=$((BOOT + 1))
+  printf '%s\n' "$BOOT" >"$STATE_DIR/.boot.tmp" && mv -f "$STATE_DIR/.boot.tmp" "$STATE_DIR/boot"
+fi
+BOOT_LOG="$LOG_DIR/boot-$BOOT.log"
+: >>"$BOOT_LOG"
+ln -sfn "boot-$BOOT.log" "$LOG_DIR/current.log"
+write_status
+log "$RUN_KIND $BOOT of run $RUN_NAME (spec $SPEC_NAME," \
+  "framework $FRAMEWORK, autocheckpoint $AUTOCHECKPOINT)"
+
+# 2. The user, rebuilt on every boot: after a repair the disk is new.
+STATUS_STATE=setup
+write_status
+AS_USER=()
+if [[ -n $VM_ROOT ]]; then
+  JOB_HOME="$VM_ROOT/home/$JOB_USER"
+  mkdir -p "$JOB_HOME"
+else
+  if ! id -u -- "$JOB_USER" >/dev/null 2>&1; then
+    log "creating user $JOB_USER"
+    useradd -m -s /bin/bash -- "$JOB_USER"
+  fi
+  JOB_HOME=$(getent passwd -- "$JOB_USER" | cut -d: -f6)
+  JOB_UID=$(id -u -- "$JOB_USER")
+  JOB_GID=$(id -g -- "$JOB_USER")
+  if ((JOB_UID != 0)); then
+    # setpriv execs in place; runuser forks and SIGKILLs its child 2 s after a SIGTERM, which
+    # would cut an autocheckpoint save short, so it is only the fallback.
+    if command -v setpriv >/dev/null; then
+      AS_USER=(setpriv "--reuid=$JOB_UID" "--regid=$JOB_GID" --init-groups --)
+    else
+      AS_USER=(runuser -u "$JOB_USER" --)
+    fi
+    # The job may create the done marker in the state dir.
+    chgrp -- "$JOB_GID" "$STATE_DIR" && chmod 0775 "$STATE_DIR"
+  fi
+fi
+
+resolve_path "$WORKDIR_SPEC"
+WORKDIR=$RESOLVED
+if ! "${AS_USER[@]}" mkdir -p -- "$WORKDIR" 2>/dev/null; then
+  mkdir -p -- "$WORKDIR"
+  if ((${#AS_USER[@]})); then chown -- "$JOB_UID:$JOB_GID" "$WORKDIR"; fi
+fi
+resolve_shared_path "$CHECKPOINT_DIR_SPEC"
+CHECKPOINT_DIR=$RESOLVED
+case $CHECKPOINT_DIR in
+  gs://*) ;;
+  *) "${AS_USER[@]}" mkdir -p -- "$CHECKPOINT_DIR" || log "warning: cannot create it now" ;;
+esac
+if [[ -n $DONE_MARKER_SPEC ]]; then
+  resolve_shared_path "$DONE_MARKER_SPEC"
+  DONE_MARKER=$RESOLVED
+  resolve_shared_path "$CHECKPOINT_ROOT_SPEC"
+  CHECKPOINT_ROOT=$RESOLVED
+  # The job writes the marker itself when it finishes.
+  case $DONE_MARKER in
+    gs://*) ;;
+    *) "${AS_USER[@]}" mkdir -p -- "${DONE_MARKER%/*}" || log "warning: cannot create it now" ;;
+  esac
+fi
+
+# 3. A finished run stays finished. Only the marker says so: MaxText exits 0 after an on-demand
+#    checkpoint and Pax exits 1, so an exit code means nothing.
+if done_marker_exists; then
+  STATUS_STATE="done"
+  write_status
+  log "done marker $DONE_MARKER exists; not relaunching"
+  exit 0
+fi
+
+# 4. Who this worker is, from the metadata server.
+WORKER_ID=$(metadata agent-worker-number) ||
+  fail_setup "cannot read agent-worker-number from $METADATA_URL"
+TPU_ENV=$(metadata tpu-env) || TPU_ENV=""
+ENDPOINTS=$(metadata worker-network-endpoints) || ENDPOINTS=""
+NODE_ID=$(tpu_env_value NODE_ID)
+ACCELERATOR_TYPE=$(tpu_env_value ACCELERATOR_TYPE)
+MEGASCALE_COORDINATOR_ADDRESS=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
+MEGASCALE_NUM_SLICES=$(tpu_env_value MEGASCALE_NUM_SLICES)
+MEGASCALE_SLICE_ID=$(tpu_env_value MEGASCALE_SLICE_ID)
+TPU_ENV_WORKER_ID=$(tpu_env_value WORKER_ID)
+if [[ -n $TPU_ENV_WORKER_ID && $TPU_ENV_WORKER_ID != "$WORKER_ID" ]]; then
+  log "warning: tpu-env WORKER_ID=$TPU_ENV_WORKER_ID differs from agent-worker-number=$WORKER_ID"
+fi
+SLICE_ID=${MEGASCALE_SLICE_ID:-0}
+NUM_SLICES=${MEGASCALE_NUM_SLICES:-1}
+IFS=, read -r -a ENDPOINT_LIST <<<"$ENDPOINTS"
+WORKERS_PER_SLICE=${#ENDPOINT_LIST[@]}
+((WORKERS_PER_SLICE > 0)) || WORKERS_PER_SLICE=1
+for number in "$WORKER_ID" "$SLICE_ID" "$NUM_SLICES"; do
+  [[ $number =~ ^[0-9]+$ ]] || fail_setup "metadata gave a non-numeric worker/slice id: '$number'"
+done
+# JAX's coordinator is worker 0 on port 8476; across slices that is slice 0's worker 0, which
+# MEGASCALE_COORDINATOR_ADDRESS names (the first endpoint of this slice would differ per slice).
+IFS=: read -r _ _ FIRST_IP _ <<<"${ENDPOINT_LIST[0]:-}" || true
+COORDINATOR_HOST=${FIRST_IP:-127.0.0.1}
+if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
+  COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
+fi
+log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
+
+# SIGINT is ignored in background jobs of a script; give the job the default back when env can.
+ENV_RESET=()
+if env --default-signal=INT true 2>/dev/null; then ENV_RESET=(--default-signal=INT); fi
+JOB_ENVIRONMENT=(
+  "HOME=$JOB_HOME" "USER=$JOB_USER" "LOGNAME=$JOB_USER" "PATH=$JOB_HOME/.local/bin:$PATH"
+  "TPUCTL_RUN_NAME=$RUN_NAME" "TPUCTL_CHECKPOINT_DIR=$CHECKPOINT_DIR"
+  "TPUCTL_DONE_MARKER=$DONE_MARKER" "TPUCTL_BOOT=$BOOT" "TPUCTL_AUTOCHECKPOINT=$AUTOCHECKPOINT"
+  "TPUCTL_WORKER_ID=$WORKER_ID" "TPUCTL_SLICE_ID=$SLICE_ID" "TPUCTL_NUM_SLICES=$NUM_SLICES"
+  "TPUCTL_WORKERS_PER_SLICE=$WORKERS_PER_SLICE"
+  "TPUCTL_PROCESS_ID=$((WORKER_ID + SLICE_ID * WORKERS_PER_SLICE))"
+  "TPUCTL_NUM_PROCESSES=$((WORKERS_PER_SLICE * NUM_SLICES))"
+  "TPUCTL_COORDINATOR_ADDRESS=$COORDINATOR_HOST:8476"
+)
+if [[ -n $TARGET_STEP ]]; then JOB_ENVIRONMENT+=("TPUCTL_TARGET_STEP=$TARGET_STEP"); fi
+if ((MULTISLICE)); then
+  JOB_ENVIRONMENT+=(
+    "MEGASCALE_COORDINATOR_ADDRESS=$MEGASCALE_COORDINATOR_ADDRESS"
+    "MEGASCALE_NUM_SLICES=$NUM_SLICES" "MEGASCALE_SLICE_ID=$SLICE_ID"
+  )
+fi
+JOB_ENVIRONMENT+=("${JOB_ENV[@]}") # the spec's own env last, so it can override
+
+# Runs "$@" as the job user, in the workdir, with the job's environment.
+as_job_user() {
+  (cd -- "$WORKDIR" && exec "${AS_USER[@]}" env "${ENV_RESET[@]}" "${JOB_ENVIRONMENT[@]}" "$@")
+}
+
+# 5. The code.
+case $CODE in
+  "") log "no job.code: running in $WORKDIR as it is" ;;
+  gs://*)
+    ARCHIVE="$STATE_DIR/code.download"
+    log "fetching $CODE"
+    if command -v gcloud >/dev/null; then
+      gcloud storage cp -- "$CODE" "$ARCHIVE" >>"$BOOT_LOG" 2>&1 || fail_setup "cannot fetch $CODE"
+    else
+      gsutil -q cp -- "$CODE" "$ARCHIVE" >>"$BOOT_LOG" 2>&1 || fail_setup "cannot fetch $CODE"
+    fi
+    chmod 0644 "$ARCHIVE"
+    as_job_user tar -xzf "$ARCHIVE" -C "$WORKDIR" 9>&- >>"$BOOT_LOG" 2>&1 </dev/null \
+      || fail_setup "cannot unpack $CODE into $WORKDIR"
+    ;;
+  *)
+    # A local directory is shipped by tpuctl over SSH once the worker is up, so on a first boot
+    # (or a repaired worker's new disk) it is not here yet. The upload ends by creating the
+    # marker and running this script again; until then there is nothing to launch.
+    if [[ ! -e $WORKDIR/$CODE_READY_MARKER ]]; then
+      STATUS_STATE=waiting-for-code
+      REASON="job.code is local: waiting for tpuctl to upload it to $WORKDIR"
+      write_status
+      log "$REASON (the upload runs this script again)"
+      exit 0
+    fi
+    log "job.code is local ($CODE): using the upload in $WORKDIR"
+    ;;
+esac
+
+# 6. Setup commands, in order; the first failure stops the launch. The lock's descriptor is
+#    closed for them so a daemon they leave behind cannot hold it.
+for index in "${!SETUP_COMMANDS[@]}"; do
+  log "setup $((index + 1))/${#SETUP_COMMANDS[@]}"
+  rc=0
+  as_job_user bash -c "${SETUP_COMMANDS[index]}" 9>&- >>"$BOOT_LOG" 2>&1 </dev/null || rc=$?
+  ((rc == 0)) || fail_setup "setup command $((index + 1)) exited with $rc"
+done
+
+# 7. Free the TPU: whatever a previous boot left holding the devices, and libtpu's lockfile
+#    ("TPU in use" otherwise).
+shopt -s nullglob
+DEVICES=("$VM_ROOT"/dev/accel* "$VM_ROOT"/dev/vfio/*)
+shopt -u nullglob
+if ((${#DEVICES[@]})) && command -v fuser >/dev/null; then
+  fuser -s -k "${DEVICES[@]}" 9>&- || true
+fi
+rm -f -- "$VM_ROOT/tmp/libtpu_lockfile"
+
+# 8. Launch. The trainer gets its own session (so its whole process group can be signalled)
+#    and a supervisor that forwards SIGTERM/SIGINT, keeps the heartbeat and records the exit.
+preset_args
+if ((${#PRESET_ARGS[@]})); then JOB_COMMAND+=$(printf ' %q' "${PRESET_ARGS[@]}"); fi
+printf '%s' "$JOB_COMMAND" >"$STATE_DIR/command"
+trap - ERR
+
+supervise() {
+  set +e
+  LOG_TO_STDERR=0 # stderr is the boot log already
+  local supervisor=$BASHPID heartbeat_pid rc previous="" signalled=0
+  (
+    cd -- "$WORKDIR" &&
+      exec setsid "${AS_USER[@]}" env "${ENV_RESET[@]}" "${JOB_ENVIRONMENT[@]}" \
+        bash -c "$JOB_COMMAND"
+  ) </dev/null >>"$BOOT_LOG" 2>&1 &
+  TRAINER_PID=$!
+  # shellcheck disable=SC2317 # called by the TERM and INT traps
+  forward() {
+    signalled=1
+    REASON="forwarded SIG$1"
+    log "forwarding SIG$1 to the trainer (process group $TRAINER_PID)"
+    kill -s "$1" -- "-$TRAINER_PID" 2>/dev/null || kill -s "$1" "$TRAINER_PID" 2>/dev/null
+  }
+  trap 'forward TERM' TERM
+  trap 'forward INT' INT
+  # setsid makes the trainer lead its own process group in the child, a moment after the fork:
+  # wait for that (2 s at most), so the pid in the status file names a group one can signal.
+  local tries stat pgrp=""
+  for ((tries = 0; tries < 200; tries++)); do
+    { stat=$(<"/proc/$TRAINER_PID/stat"); } 2>/dev/null || break
+    read -r _ _ pgrp _ <<<"${stat##*) }"
+    [[ $pgrp == "$TRAINER_PID" ]] && break
+    sleep 0.01
+  done
+  STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  STATUS_STATE=running
+  write_status
+  log "trainer started as pid $TRAINER_PID"
+  (
+    while kill -0 "$TRAINER_PID" 2>/dev/null && kill -0 "$supervisor" 2>/dev/null; do
+      sleep "$HEARTBEAT_SECONDS"
+      write_status
+    done
+  ) 9>&- &
+  heartbeat_pid=$!
+  # A trapped signal makes `wait` return early while the trainer still runs: wait again. No
+  # deadline of our own: the grace period is the platform's.
+  while :; do
+    signalled=0
+    rc=0
+    wait "$TRAINER_PID" || rc=$?
+    ((signalled)) || break
+    previous=$rc
+  done
+  # 127: the status was collected by the wait a late signal interrupted.
+  if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
+  kill "$heartbeat_pid" 2>/dev/null
+  wait "$heartbeat_pid" 2>/dev/null
+  EXIT_CODE=$rc
+  # With target_step, the checkpoints say whether the job has finished: record it for good.
+  if [[ -n $TARGET_STEP ]] && ! done_marker_exists; then
+    local latest
+    latest=$(latest_committed_step)
+    if [[ -n $latest ]] && ((latest >= TARGET_STEP)); then
+      if write_done_marker "committed step $latest >= target_step $TARGET_STEP (exit $rc," \
+        "boot $BOOT, slice $SLICE_ID worker $WORKER_ID)"; then
+        log "committed step $latest reached target_step $TARGET_STEP: wrote $DONE_MARKER"
+      else
+        log "warning: cannot write the done marker $DONE_MARKER"
+      fi
+    else
+      log "latest committed step ${latest:-none} is below target_step $TARGET_STEP"
+    fi
+  fi
+  if done_marker_exists; then STATUS_STATE="done"; else STATUS_STATE=exited; fi
+  write_status
+  log "trainer exited with $rc; state $STATUS_STATE"
+}
+
+supervise </dev/null >>"$BOOT_LOG" 2>&1 &
+log "supervisor started as pid $!; output in $BOOT_LOG"
+exit 0

@@ -1,0 +1,254 @@
+"""Checking a composed spec document against the field table (tpuctl.spec.fields): unknown keys
+with "did you mean", types, enums, patterns and ranges, each error at its file:line:col."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from tpuctl.errors import SpecError
+from tpuctl.spec.durations import (
+    DURATION_HINT,
+    TIME_BOUND_HINT,
+    parse_duration,
+    parse_time_bound,
+)
+from tpuctl.spec.fields import ROOT, Field
+from tpuctl.spec.yamlsource import Document, join_path
+
+
+def describe_value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    if isinstance(value, (datetime, date)):
+        return f"a timestamp ({value.isoformat()})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    import difflib  # only on the error path
+
+    for choice in choices:
+        if choice.lower() == word.lower() or choice.replace("_", "-") == word:
+            return choice
+    matches = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+class Checker:
+    """Checks plain data against the field table; returns typed values for the present keys."""
+
+    def __init__(self, document: Document) -> None:
+        self.document = document
+
+    def error(
+        self, message: str, path: str, hint: str | None = None, *, at_key: bool = False
+    ) -> SpecError:
+        where = self.document.key_location(path) if at_key else self.document.value_location(path)
+        return SpecError(message, location=where, path=path or None, hint=hint)
+
+    def warning(self, message: str, path: str) -> str:
+        return f"{self.document.value_location(path)}: {path}: {message}"
+
+    def root(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.document.data
+        # A spec written for another version is told so before any of its keys is judged.
+        version_field = ROOT.child("apiVersion")
+        if data.get("apiVersion") is not None and version_field is not None:
+            self.value(version_field, data["apiVersion"], "apiVersion")
+        return self.section(ROOT, data, "")
+
+    def section(self, section: Field, data: object, path: str) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.error(f"expected a mapping, got {describe_value(data)}", path)
+        names = [child.name for child in section.children]
+        for key in data:
+            if section.child(key) is None:
+                close = closest(key, names)
+                hint = f"did you mean {close!r}?" if close else f"valid keys: {', '.join(names)}"
+                raise self.error("unknown key", join_path(path, key), hint, at_key=True)
+        result: dict[str, Any] = {}
+        for child in section.children:
+            child_path = join_path(path, child.name)
+            value = data.get(child.name)
+            if value is None:  # `key:` with nothing after it means "use the default"
+                if child.required:
+                    raise self._missing(child, path)
+                continue
+            result[child.name] = self.value(child, value, child_path)
+        if section.one_of:
+            self._one_of(section, result, path)
+        return result
+
+    def _missing(self, child: Field, path: str) -> SpecError:
+        example = f" {child.example}" if isinstance(child.example, (str, int)) else ""
+        where = f" under `{path}`" if path else ""
+        return SpecError(
+            "missing required key",
+            location=self.document.key_location(path) if path else self.document.value_location(""),
+            path=join_path(path, child.name),
+            hint=f"add `{child.name}:{example}`{where}",
+        )
+
+    def _one_of(self, section: Field, result: dict[str, Any], path: str) -> None:
+        def spell(group: tuple[str, ...]) -> str:
+            return " + ".join(join_path(path, name) for name in group)
+
+        given = [group for group in section.one_of if any(name in result for name in group)]
+        choices = " or ".join(spell(group) for group in section.one_of)
+        if not given:
+            first = section.one_of[0][0]
+            raise SpecError(
+                "missing required key",
+                location=self.document.key_location(path),
+                path=join_path(path, first),
+                hint=f"give {choices}",
+            )
+        if len(given) > 1:
+            second = next(name for name in given[1] if name in result)
+            raise self.error(
+                f"give either {choices}, not both",
+                join_path(path, second),
+                f"remove {spell(given[1])} or {spell(given[0])}",
+                at_key=True,
+            )
+        for name in given[0]:
+            if name not in result:
+                present = next(other for other in given[0] if other in result)
+                raise self.error(
+                    f"{join_path(path, present)} needs {join_path(path, name)}",
+                    join_path(path, present),
+                    f"add `{name}:` under `{path}`",
+                    at_key=True,
+                )
+
+    def value(self, field: Field, value: object, path: str) -> Any:
+        kind = field.kind
+        if kind == "section":
+            return self.section(field, value, path)
+        if kind == "str":
+            return self.string(field, value, path)
+        if kind == "int":
+            return self.integer(field, value, path)
+        if kind == "bool":
+            if not isinstance(value, bool):
+                hint = "write true or false, without quotes" if isinstance(value, str) else None
+                raise self.error(f"expected true or false, got {describe_value(value)}", path, hint)
+            return value
+        if kind in ("duration", "time_bound"):
+            return self.time(kind, value, path)
+        if kind in ("str_list", "commands"):
+            return self.strings(field, value, path)
+        return self.string_map(field, value, path)
+
+    def string(self, field: Field, value: object, path: str) -> str:
+        if not isinstance(value, str):
+            hint = "quote it" if isinstance(value, (int, float, datetime, date)) else None
+            raise self.error(f"expected a string, got {describe_value(value)}", path, hint)
+        if field.enum and value not in field.enum:
+            close = closest(value, field.enum)
+            hint = f"did you mean {close!r}?" if close else None
+            raise self.error(
+                f"{value!r} is not a valid {field.name}; expected one of {', '.join(field.enum)}",
+                path,
+                hint,
+            )
+        self.match(field, value, path)
+        return value
+
+    def match(self, field: Field, value: str, path: str) -> None:
+        if field.max_length is not None and len(value) > field.max_length:
+            raise self.error(
+                f"{value!r} is {len(value)} characters, more than {field.max_length}",
+                path,
+                "shorten it" + ("; node ids are <name>-<i>" if path == "name" else ""),
+            )
+        if field.pattern and not re.fullmatch(field.pattern, value):
+            rule = field.rule or f"it must match {field.pattern}"
+            raise self.error(f"{value!r} is not a valid {field.name}", path, f"use {rule}")
+
+    def integer(self, field: Field, value: object, path: str) -> int:
+        # bool is an int subclass in Python; `slices: true` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, int):
+            hint = "write a whole number without quotes" if isinstance(value, str) else None
+            raise self.error(f"expected an integer, got {describe_value(value)}", path, hint)
+        low, high = field.minimum, field.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            if high is None:
+                bounds = f"at least {low}"
+            elif low is None:
+                bounds = f"at most {high}"
+            else:
+                bounds = f"between {low} and {high}"
+            raise self.error(f"must be {bounds}, got {value}", path)
+        return value
+
+    def time(self, kind: str, value: object, path: str) -> timedelta | datetime:
+        try:
+            if kind == "duration":
+                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                    raise ValueError(f"expected a duration, got {describe_value(value)}")
+                return parse_duration(value)
+            return parse_time_bound(value)
+        except ValueError as exc:
+            hint = DURATION_HINT if kind == "duration" else TIME_BOUND_HINT
+            raise self.error(str(exc), path, hint) from None
+
+    def strings(self, field: Field, value: object, path: str) -> tuple[str, ...]:
+        if field.kind == "commands" and isinstance(value, str):
+            return (value,)
+        if not isinstance(value, list):
+            shape = "a list of strings" + (" or one string" if field.kind == "commands" else "")
+            raise self.error(f"expected {shape}, got {describe_value(value)}", path)
+        for index, item in enumerate(value):
+            item_path = f"{path}[{index}]"
+            if not isinstance(item, str):
+                raise self.error(
+                    f"expected a string, got {describe_value(item)}", item_path, "quote it"
+                )
+            self.match(field, item, item_path)
+        return tuple(value)
+
+    def string_map(self, field: Field, value: object, path: str) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise self.error(f"expected a mapping of strings, got {describe_value(value)}", path)
+        if field.max_items is not None and len(value) > field.max_items:
+            raise self.error(f"{len(value)} entries, more than {field.max_items}", path)
+        result: dict[str, str] = {}
+        for key, item in value.items():
+            item_path = join_path(path, key)
+            if key in field.forbidden_keys:
+                raise self.error(
+                    f"{key!r} is reserved for tpuctl", item_path, field.forbidden_hint, at_key=True
+                )
+            if field.key_pattern and not re.fullmatch(field.key_pattern, key):
+                raise self.error(
+                    f"{key!r} is not a valid key", item_path, field.key_rule, at_key=True
+                )
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                hint = None
+                if isinstance(item, bool):
+                    hint = "YAML reads yes/no/true/false/on/off as booleans; quote the value"
+                raise self.error(
+                    f"expected a string or number, got {describe_value(item)}", item_path, hint
+                )
+            text = item if isinstance(item, str) else str(item)
+            if field.value_pattern and not re.fullmatch(field.value_pattern, text):
+                raise self.error(f"{text!r} is not a valid value", item_path, field.value_rule)
+            result[key] = text
+        return result
