@@ -157,6 +157,7 @@ def up(
     Exit codes: 0 done, 3 job failures exhausted or a crash loop, 4 a queueing or provisioning
     deadline, 6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 130 interrupted.
     """
+    from tpuctl.jobs.adapters import ApiQueuedResource
     from tpuctl.jobs.up import Babysitter, up_options
 
     app = app_context()
@@ -176,7 +177,7 @@ def up(
     with interrupts() as stop_flag:
         babysitter = Babysitter(
             spec,
-            api,
+            ApiQueuedResource(api, spec),
             fleet_factory=_fleet_factory(app, api, spec.name, settings),
             journal=_journal(app, spec),
             options=options,
@@ -262,6 +263,7 @@ def drill(
     job is not back within --timeout.
     """
     from tpuctl.cloud.resolve import EMULATOR_ENV, is_emulator
+    from tpuctl.jobs.adapters import ApiQueuedResource
     from tpuctl.jobs.drill import Drill, DrillOptions, check_kind
 
     app = app_context()
@@ -281,8 +283,7 @@ def drill(
         strict_host_key_checking=strict_host_key_checking,
     )
     runner = Drill(
-        api,
-        resolved.name,
+        ApiQueuedResource(api, resolved.spec, resolved.name),
         resolved.spec,
         fleet_factory=_fleet_factory(app, api, resolved.name, settings),
         options=DrillOptions(slice=slice_index, **choices),

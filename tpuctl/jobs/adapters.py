@@ -7,18 +7,119 @@ and a fake clock; the CLI passes the real ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuctl.errors import NotFoundError
 
 if TYPE_CHECKING:
+    from tpuctl.clock import Clock
+    from tpuctl.cloud.client import TpuApi
+    from tpuctl.cloud.results import CreateResult, DeleteResult
+    from tpuctl.cloud.watcher import Observation, WatchEvent, WatchPolicy
     from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
     from tpuctl.fanout.targets import WorkerTarget
     from tpuctl.spec.model import Spec
     from tpuctl.storage.checkpoints import CheckpointReport
+
+
+class QueuedResourceOps(Protocol):
+    """The queued-resource operations the babysitter and the drill need, for one spec's QR."""
+
+    name: str
+    resource: str  # projects/P/locations/Z/queuedResources/NAME
+
+    def observe(self) -> Observation:
+        """One poll: its state (DELETED when Get says NOT_FOUND), initiator, failure."""
+        ...
+
+    def create(self) -> CreateResult:
+        """Create it from the spec (a new request id), or accept the same spec's."""
+        ...
+
+    def wait(
+        self,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        on_event: Callable[[WatchEvent], None] | None,
+        clock: Clock | None,
+    ) -> None:
+        """Wait for `policy.until`; raises DeadlineError, QueuedResourceFailed, PreemptedError."""
+        ...
+
+    def delete(self) -> DeleteResult:
+        """Delete it with its nodes and wait until it is gone (gone already is fine)."""
+        ...
+
+    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
+        """Every node READY and not under maintenance."""
+        ...
+
+    def simulate_maintenance(self, node_id: str, worker: int) -> None: ...
+
+    def delete_command(self) -> str:
+        """The command a person runs to delete it."""
+        ...
+
+
+class ApiQueuedResource:
+    """QueuedResourceOps through the TPU API (tpuctl.cloud)."""
+
+    def __init__(self, api: TpuApi, spec: Spec | None, name: str | None = None) -> None:
+        self.api = api
+        self.spec = spec
+        self.name = name or (spec.name if spec is not None else "")
+        self.resource = api.qr_name(self.name)
+
+    def observe(self) -> Observation:
+        from tpuctl.cloud import queries
+
+        return queries.observe(self.api, self.name)
+
+    def create(self) -> CreateResult:
+        from tpuctl.cloud import lifecycle
+        from tpuctl.jobs.provision import create_request
+
+        assert self.spec is not None, "creating a queued resource needs its spec"
+        return lifecycle.create(self.api, create_request(self.spec, self.api.location))
+
+    def wait(
+        self,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        on_event: Callable[[WatchEvent], None] | None,
+        clock: Clock | None,
+    ) -> None:
+        from tpuctl.cloud import lifecycle
+
+        options = lifecycle.WaitOptions(policy=policy, keep_on_timeout=keep_on_timeout)
+        lifecycle.wait(self.api, self.name, options, on_event=on_event, clock=clock)
+
+    def delete(self) -> DeleteResult:
+        from tpuctl.cloud import lifecycle
+
+        return lifecycle.delete(
+            self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True
+        )
+
+    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
+        from tpuctl.cloud.nodes import nodes_settled
+
+        return nodes_settled(self.api, node_ids)
+
+    def simulate_maintenance(self, node_id: str, worker: int) -> None:
+        from tpuctl.cloud.nodes import simulate_maintenance
+
+        simulate_maintenance(self.api, self.api.location.node_name(node_id), worker)
+
+    def delete_command(self) -> str:
+        from tpuctl.cloud import queries
+
+        return queries.delete_command(self.api, self.name)
 
 
 class WorkerStatus(Protocol):

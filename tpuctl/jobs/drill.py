@@ -25,8 +25,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tpuctl.clock import Clock
-from tpuctl.cloud import lifecycle, queries
-from tpuctl.cloud.nodes import simulate_maintenance
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES, WatchPolicy
 from tpuctl.errors import DeadlineError, TpuctlError, UsageError
 from tpuctl.jobs.adapters import (
@@ -34,15 +32,14 @@ from tpuctl.jobs.adapters import (
     JobOps,
     JobRecord,
     JournalLike,
+    QueuedResourceOps,
     StorageJobRecord,
     WorkerStatus,
 )
 from tpuctl.jobs.drill_verdict import DrillReport, judge
-from tpuctl.jobs.provision import create_request
 from tpuctl.storage.logs import LogFacts, compile_step_pattern, parse_log
 
 if TYPE_CHECKING:
-    from tpuctl.cloud.client import TpuApi
     from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.targets import WorkerTarget
     from tpuctl.spec.model import Spec
@@ -95,8 +92,7 @@ class Drill:
 
     def __init__(
         self,
-        api: TpuApi,
-        name: str,
+        qr: QueuedResourceOps,
         spec: Spec | None,
         *,
         fleet_factory: Callable[[], Fleet],
@@ -108,8 +104,8 @@ class Drill:
         clock: Clock | None = None,
         on_event: Callable[[DrillEvent], None] | None = None,
     ) -> None:
-        self.api = api
-        self.name = name
+        self.qr = qr
+        name = self.name = qr.name
         self.spec = spec
         self.fleet_factory = fleet_factory
         self.options = options or DrillOptions()
@@ -186,11 +182,11 @@ class Drill:
         report = DrillReport(
             name=self.name, run=self._job_spec.run_name, drill=kind, autocheckpoint=autocheckpoint
         )
-        state = queries.observe(self.api, self.name).state
+        state = self.qr.observe().state
         while state in QUEUE_STATES or state == "PROVISIONING":  # still coming up: wait
             self._left(f"{self.name} to be ACTIVE")
             self.clock.sleep(self.options.poll)
-            state = queries.observe(self.api, self.name).state
+            state = self.qr.observe().state
         if state != "ACTIVE":
             raise TpuctlError(
                 f"drill on {self.name}: the queued resource is {state}, not ACTIVE",
@@ -324,13 +320,12 @@ class Drill:
 
     def _trigger(self, target_slice: int) -> None:
         kind = self.options.kind
-        qr_name = self.api.qr_name(self.name)
+        qr_name = self.qr.resource
         if kind == "maintenance":
             node_ids = sorted(
                 {t.node_id for t in self.fleet.targets if t.slice_index == target_slice}
             )
-            node = self.api.location.node_name(node_ids[0])
-            simulate_maintenance(self.api, node, self.options.worker)
+            self.qr.simulate_maintenance(node_ids[0], self.options.worker)
         elif kind == "preempt":
             assert self.admin is not None
             self.admin.preempt(qr_name)
@@ -343,7 +338,7 @@ class Drill:
         seen_gone = False
         while True:
             self._left("the queued resource to be SUSPENDED after the preemption")
-            state = queries.observe(self.api, self.name).state
+            state = self.qr.observe().state
             if state in ("SUSPENDED", GONE) or (
                 self.options.external_recovery and state not in ("ACTIVE", "SUSPENDING")
             ):
@@ -356,7 +351,7 @@ class Drill:
             self.emit("drill.waiting", f"waiting for tpuctl up to recreate {self.name}")
             while True:
                 self._left("tpuctl up to recreate the queued resource (--external-recovery)")
-                state = queries.observe(self.api, self.name).state
+                state = self.qr.observe().state
                 if state not in SUSPENDED_STATES and state != GONE:
                     seen_gone = True
                 if seen_gone and state == "ACTIVE":
@@ -365,18 +360,13 @@ class Drill:
             self._fleet = None
             return old_text
         assert self.spec is not None  # preempt recovery needs the spec (checked by the CLI)
-        lifecycle.delete(self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True)
+        self.qr.delete()
         self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="drill")
-        lifecycle.create(self.api, create_request(self.spec, self.api.location))
+        self.qr.create()
         self.emit("qr.recreated", f"created {self.name} again (same run name)", drill=True)
         left = max(1.0, self._deadline - self.clock.monotonic())
         policy = WatchPolicy(until="ACTIVE", overall_timeout=left)
-        lifecycle.wait(
-            self.api,
-            self.name,
-            lifecycle.WaitOptions(policy=policy, keep_on_timeout=True),
-            clock=self.clock,
-        )
+        self.qr.wait(policy, keep_on_timeout=True, on_event=None, clock=self.clock)
         self._fleet = None
         self.jobs.deliver_and_start(self.fleet, self.spec)
         self.emit("job.started", f"{self.name}: job delivered and started", drill=True)

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
-from tpuctl.cloud import nodes as cloud_nodes
 from tpuctl.errors import CommandFailedError, TpuctlError
 from tpuctl.storage.logs import LogFacts, parse_log
 
@@ -210,7 +209,7 @@ class JobWatch:
             owner.emit("job.done", f"{owner.name}: the done marker appeared")
             raise JobDone
         node_ids = [target.node_id for target in owner.fleet.targets]
-        if not cloud_nodes.nodes_settled(owner.api, node_ids):
+        if not owner.qr.nodes_settled(node_ids):
             self.ended.since = now  # under maintenance or repair: not the job's fault
             return
         self._failed(statuses)

@@ -27,8 +27,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tpuctl.clock import Clock
-from tpuctl.cloud import lifecycle, queries
-from tpuctl.cloud.describe import enum_name, state_name
 from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
 from tpuctl.envelope import Result
 from tpuctl.errors import (
@@ -43,13 +41,12 @@ from tpuctl.jobs.adapters import (
     JobOps,
     JobRecord,
     JournalLike,
+    QueuedResourceOps,
     StorageJobRecord,
 )
 from tpuctl.jobs.job_watch import JobDone, JobWatch
-from tpuctl.jobs.provision import create_request
 
 if TYPE_CHECKING:
-    from tpuctl.cloud.client import TpuApi
     from tpuctl.fanout.operations import Fleet
     from tpuctl.spec.model import Spec
 
@@ -116,7 +113,7 @@ class Babysitter:
     def __init__(
         self,
         spec: Spec,
-        api: TpuApi,
+        qr: QueuedResourceOps,
         *,
         fleet_factory: Callable[[], Fleet],
         jobs: JobOps | None = None,
@@ -132,7 +129,7 @@ class Babysitter:
         # Ctrl-C inside an SSH fan-out is absorbed by the engine (it returns an interrupted
         # result), so the CLI also raises a flag, checked after every step.
         self.stop_requested = stop_requested or (lambda: False)
-        self.api = api
+        self.qr = qr
         self.name = spec.name
         self.fleet_factory = fleet_factory
         self.jobs: JobOps = jobs or FanoutJobOps()
@@ -215,7 +212,7 @@ class Babysitter:
     def _interrupted(self) -> Interrupted:
         state = self.state or "unknown"
         resume = self.options.resume_hint or f"tpuctl up {self.spec.source}"
-        delete = queries.delete_command(self.api, self.name)
+        delete = self.qr.delete_command()
         return Interrupted(
             f"interrupted: stopped babysitting {self.name} (state {state}); the queued resource "
             "and the job were left running",
@@ -253,7 +250,7 @@ class Babysitter:
 
     def _poll_once(self) -> None:
         self.check_stop()
-        observation = queries.observe(self.api, self.name)
+        observation = self.qr.observe()
         changed = self._saw_state(observation.state, observation.initiator, observation.failure)
         if self.record.is_done():
             self.emit("job.done", f"{self.name}: the done marker appeared")
@@ -271,7 +268,7 @@ class Babysitter:
         if state == "FAILED":
             raise QueuedResourceFailed(
                 f"{self.name} FAILED before it was ever ACTIVE: {observation.failure}",
-                hint=queries.delete_command(self.api, self.name),
+                hint=self.qr.delete_command(),
                 name=self.name,
                 state=state,
             )
@@ -321,17 +318,14 @@ class Babysitter:
         Returns whether an ACTIVE QR existed already (the job may be running on it).
         """
         existed_active = False
-        existing = self.api.find_queued_resource(self.name)
-        if existing is not None:
-            state = state_name(existing)
-            initiator = enum_name(existing.state.state_initiator)
-            self._saw_state(state, initiator, None)
-            if state in SUSPENDED_STATES:
-                self._recover_qr(state, initiator, None, restart_job=False)
+        existing = self.qr.observe()
+        if existing.state != GONE:
+            self._saw_state(existing.state, existing.initiator, existing.failure)
+            if existing.state in SUSPENDED_STATES:
+                self._recover_qr(existing.state, existing.initiator, None, restart_job=False)
                 return False
-            existed_active = state == "ACTIVE"
-        request = create_request(self.spec, self.api.location)
-        created = lifecycle.create(self.api, request)
+            existed_active = existing.state == "ACTIVE"
+        created = self.qr.create()
         if created.action == "created":
             self.emit("qr.created", f"created {self.name}", request_id=created.request_id)
         else:
@@ -358,8 +352,12 @@ class Babysitter:
             queue_timeout=options.queue_timeout,
             provision_timeout=options.provision_timeout,
         )
-        wait_options = lifecycle.WaitOptions(policy=policy, keep_on_timeout=options.keep_on_timeout)
-        lifecycle.wait(self.api, self.name, wait_options, on_event=self._on_watch, clock=self.clock)
+        self.qr.wait(
+            policy,
+            keep_on_timeout=options.keep_on_timeout,
+            on_event=self._on_watch,
+            clock=self.clock,
+        )
         self.ever_active = True
         self.forget_fleet()  # new workers (or host keys) after a (re)create
 
@@ -393,7 +391,7 @@ class Babysitter:
             step_seconds=self.job.step_seconds,
         )
         self.job.disruption = "preemption"
-        lifecycle.delete(self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True)
+        self.qr.delete()
         self.state = GONE
         if count > max_preemptions:
             self.emit(
@@ -409,7 +407,7 @@ class Babysitter:
                 preemptions=count,
             )
         self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="recreate")
-        created = lifecycle.create(self.api, create_request(self.spec, self.api.location))
+        created = self.qr.create()
         self.emit(
             "qr.recreated",
             f"created {self.name} again (same run name, so the job resumes)",
@@ -431,9 +429,7 @@ class Babysitter:
         if self.options.keep:
             self.emit("qr.kept", f"kept {self.name} (--keep)")
             return
-        deleted = lifecycle.delete(
-            self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True
-        )
+        deleted = self.qr.delete()
         self.result.deleted = deleted.action in ("deleted", "delete_requested")
         self.state = GONE
         self.emit("qr.deleted", f"deleted {self.name}: the job is done", reason="done")

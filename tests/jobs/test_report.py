@@ -1,4 +1,4 @@
-"""Pure parts behind up, drill and report: log parsing and the goodput arithmetic."""
+"""The goodput arithmetic behind `tpuctl report`: buckets, disruptions, step times (pure)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from tpuctl.jobs.report import build_report, checkpoint_step_seconds
-from tpuctl.storage.logs import compile_step_pattern, parse_log
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)
 
@@ -23,20 +22,6 @@ class Entry:
 
 def at(seconds: float, kind: str, **fields: Any) -> Entry:
     return Entry(T0 + timedelta(seconds=seconds), kind, fields)
-
-
-def test_parse_log_reads_the_toy_trainer_and_maxtext() -> None:
-    toy = "process 0 of 1\nresumed from step 40\nstep 41/100 loss=1\nstep 42/100 loss=1\n"
-    facts = parse_log(toy)
-    assert (facts.resumed_from, facts.first_step, facts.last_step) == (40, 41, 42)
-    assert facts.resume_point == 40
-    maxtext = "completed step: 7, seconds: 1.0\ncompleted step: 8, seconds: 1.0\n"
-    assert parse_log(maxtext).resume_point == 6  # no resume line: first step − 1
-    assert parse_log("starting fresh\nstep 1/5\n").resume_point == 0
-    custom = compile_step_pattern(r"iter=(\d+)")
-    assert parse_log("iter=3\niter=9\nstep 50/60\n", custom).last_step == 9
-    with pytest.raises(ValueError):
-        compile_step_pattern("no group")
 
 
 def test_report_buckets_a_preemption_and_sums_to_the_total() -> None:

@@ -1,0 +1,237 @@
+"""Fakes of what `up` and `drill` decide with (tpuctl.jobs.adapters) and a fake clock: scripted
+queued-resource states, worker statuses and checkpoints, advanced by the babysitter's own
+sleeps. Decisions run in milliseconds, with no emulator and no SSH."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, cast
+
+from tpuctl.clock import Clock
+from tpuctl.cloud.results import CreateResult, DeleteResult
+from tpuctl.cloud.watcher import GONE, Observation, WatchEvent, WatchPolicy
+from tpuctl.errors import PreemptedError, QueuedResourceFailed
+from tpuctl.fanout.operations import Fleet
+from tpuctl.fanout.results import FanoutResult, WorkerResult
+from tpuctl.fanout.targets import WorkerTarget
+from tpuctl.spec.load import load_spec_text
+from tpuctl.spec.model import Spec
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+class FakeClock:
+    """Time moves only when the code under test sleeps; `at(t, action)` runs an action once
+    the clock reaches t (the world changing while the babysitter waits)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.pending: list[tuple[float, Callable[[], None]]] = []
+        self.limit = 3600.0
+
+    def at(self, t: float, action: Callable[[], None]) -> None:
+        self.pending.append((t, action))
+        self.pending.sort(key=lambda item: item[0])
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(seconds, 0.001)
+        assert self.t < self.limit, "the code under test waited for ever"
+        while self.pending and self.pending[0][0] <= self.t:
+            self.pending.pop(0)[1]()
+
+    def clock(self) -> Clock:
+        return Clock(
+            monotonic=lambda: self.t,
+            now=lambda: T0 + timedelta(seconds=self.t),
+            sleep=self.sleep,
+        )
+
+
+@dataclass
+class FakeQr:
+    """A queued resource: its state, and what was asked of it."""
+
+    name: str = "job"
+    state: str = GONE
+    initiator: str | None = None
+    failure: str | None = None
+    settled: bool = True
+    # What wait() finds: a creation goes ACTIVE, unless set (e.g. "FAILED", "SUSPENDED").
+    next_state: str = "ACTIVE"
+    creates: int = 0
+    deletes: int = 0
+    maintenances: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def resource(self) -> str:
+        return f"projects/p/locations/z/queuedResources/{self.name}"
+
+    def observe(self) -> Observation:
+        return Observation(self.state, self.initiator, self.failure)
+
+    def create(self) -> CreateResult:
+        if self.state == GONE:
+            self.creates += 1
+            self.state, self.initiator, self.failure = "WAITING_FOR_RESOURCES", None, None
+            return CreateResult("created", self.name, f"request-{self.creates}")
+        return CreateResult("exists", self.name, None)
+
+    def wait(
+        self,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        on_event: Callable[[WatchEvent], None] | None,
+        clock: Clock | None,
+    ) -> None:
+        if self.state in ("WAITING_FOR_RESOURCES", "PROVISIONING"):
+            self.state = self.next_state
+        if on_event is not None:
+            now = T0 if clock is None else clock.now()
+            observation = self.observe()
+            on_event(WatchEvent("state", now, self.state, observation=observation))
+        if self.state == "FAILED":
+            raise QueuedResourceFailed(f"{self.name} FAILED", name=self.name, reason="no luck")
+        if self.state in ("SUSPENDING", "SUSPENDED"):
+            raise PreemptedError(f"{self.name} {self.state}", name=self.name, state=self.state)
+
+    def delete(self) -> DeleteResult:
+        before = self.state
+        self.deletes += 1
+        self.state = GONE
+        return DeleteResult(self.name, "deleted" if before != GONE else "missing", True, before)
+
+    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
+        return self.settled
+
+    def simulate_maintenance(self, node_id: str, worker: int) -> None:
+        self.maintenances.append((node_id, worker))
+
+    def delete_command(self) -> str:
+        return f"tpuctl delete {self.name} --force --yes"
+
+
+@dataclass
+class Status:
+    """One worker's job, as job control reports it."""
+
+    label: str
+    state: str = "none"
+    boot: int | None = 1
+    pid: int | None = None
+    exit_code: int | None = None
+    reachable: bool = True
+
+
+class FakeJobs:
+    """The workers' jobs: `start` makes them run; tests script what happens next."""
+
+    def __init__(self, labels: Sequence[str] = ("0/0", "0/1")) -> None:
+        self.workers = {label: Status(label) for label in labels}
+        self.delivered = 0
+        self.restarted = 0
+        self.step = 0  # the step the log shows, when `logs` has nothing for the boot
+        self.logs: dict[int, str] = {}  # boot → the log's text
+        self._pids = 100
+
+    def _run(self, *, new_boot: bool = False) -> None:
+        for status in self.workers.values():
+            self._pids += 1
+            status.state, status.pid, status.exit_code = "running", self._pids, None
+            if new_boot:
+                status.boot = (status.boot or 0) + 1
+
+    def set(self, state: str, exit_code: int | None = None) -> None:
+        for status in self.workers.values():
+            status.state, status.exit_code = state, exit_code
+
+    def reboot(self) -> None:
+        """Maintenance or a reset: the startup script relaunches the job in a new boot."""
+        self._run(new_boot=True)
+
+    def deliver_and_start(self, fleet: Fleet, spec: Spec) -> FanoutResult:
+        self.delivered += 1
+        self._run()
+        return _ok(fleet)
+
+    def job_status(self, fleet: Fleet, spec: Spec) -> list[Status]:
+        return [Status(**vars(status)) for status in self.workers.values()]
+
+    def restart_job(self, fleet: Fleet, spec: Spec) -> FanoutResult:
+        self.restarted += 1
+        self._run()
+        return _ok(fleet)
+
+    def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
+        current = self.workers[target.label].boot or 1
+        text = self.logs.get(boot if boot is not None else current)
+        if text is not None:
+            return text
+        return f"step {self.step}/1000\n" if self.step else ""
+
+
+def _ok(fleet: Fleet) -> FanoutResult:
+    return FanoutResult([WorkerResult(target, "ok", exit_code=0) for target in fleet.targets])
+
+
+@dataclass
+class FakeRecord:
+    done: bool = False
+    steps: list[int] = field(default_factory=list)
+
+    def is_done(self) -> bool:
+        return self.done
+
+    def latest_checkpoint(self) -> tuple[int, datetime | None] | None:
+        return (max(self.steps), T0) if self.steps else None
+
+    def complete_steps(self) -> tuple[int, ...]:
+        return tuple(sorted(self.steps))
+
+
+@dataclass
+class FakeJournal:
+    entries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def append(self, kind: str, **fields: Any) -> object:
+        self.entries.append((kind, fields))
+        return None
+
+    @property
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.entries]
+
+
+def fleet(slices: int = 1, workers: int = 2) -> Fleet:
+    """A stand-in Fleet: the babysitter reads only its targets."""
+    targets = [
+        WorkerTarget(s, f"job-{s}" if slices > 1 else "job", w, f"10.0.{s}.{w}")
+        for s in range(slices)
+        for w in range(workers)
+    ]
+
+    class _Fleet:
+        def __init__(self) -> None:
+            self.targets = targets
+
+    return cast(Fleet, _Fleet())
+
+
+def spec(
+    *,
+    max_preemptions: int = 2,
+    max_failures: int = 1,
+    autocheckpoint: bool = True,
+    extra: str = "",
+) -> Spec:
+    text = f"""apiVersion: tpuctl/v1
+name: job
+tpu: {{accelerator: v4-16, runtime: tpu-ubuntu2204-base}}
+capacity: {{tier: spot}}
+checkpoint: {{dir: /ckpt, autocheckpoint: {str(autocheckpoint).lower()}}}
+job: {{command: python3 train.py}}
+recovery: {{max_preemptions: {max_preemptions}, max_failures: {max_failures}}}
+{extra}"""
+    return load_spec_text(text, environ={}).spec

@@ -1,0 +1,143 @@
+"""The drill's decisions: its verdict (tpuctl.jobs.drill_verdict, pure) for what each event
+allows, and a whole maintenance drill (tpuctl.jobs.drill) run against fakes and a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.jobs.fakes import FakeClock, FakeJobs, FakeQr, FakeRecord, fleet, spec
+from tpuctl.errors import DeadlineError, ExitCode, UsageError
+from tpuctl.jobs.drill import Drill, DrillOptions, check_kind
+from tpuctl.jobs.drill_verdict import DrillReport, judge
+from tpuctl.storage.logs import compile_step_pattern, parse_log
+
+PATTERN = compile_step_pattern(None)
+
+
+def verdict(
+    *,
+    drill: str = "maintenance",
+    autocheckpoint: bool = True,
+    old_log: str,
+    new_log: str,
+    before: set[int],
+    after: set[int],
+    has_record: bool = True,
+) -> DrillReport:
+    report = DrillReport(name="job", run="job", drill=drill, autocheckpoint=autocheckpoint)
+    judge(
+        report,
+        old_text=old_log,
+        new=parse_log(new_log, PATTERN),
+        before_steps=before,
+        after_steps=after,
+        pattern=PATTERN,
+        has_record=has_record,
+    )
+    return report
+
+
+def test_maintenance_with_autocheckpoint_allows_no_recomputed_step() -> None:
+    ok = verdict(
+        old_log="step 49/100\nstep 50/100\nautocheckpoint at step 50\n",
+        new_log="resumed from step 50\nstep 51/100\n",
+        before={40},
+        after={40, 50},
+    )
+    assert (ok.ok, ok.recomputed_steps, ok.allowed_steps) == (True, 0, 0)
+    assert ok.checkpoint_at_event and ok.new_checkpoint_at_event and ok.exit_code == ExitCode.OK
+    lost = verdict(
+        old_log="step 50/100\n",
+        new_log="resumed from step 40\nstep 41/100\n",
+        before={40},
+        after={40},
+    )
+    assert not lost.ok and lost.recomputed_steps == 10 and lost.allowed_steps == 0
+    assert lost.verdict.startswith("FAILED: no checkpoint at the event step")
+    assert lost.exit_code == ExitCode.ERROR and lost.exit_error() is not None
+
+
+def test_without_autocheckpoint_the_steps_since_the_last_checkpoint_are_allowed() -> None:
+    within = verdict(
+        drill="preempt",
+        autocheckpoint=False,
+        old_log="step 57/100\n",
+        new_log="resumed from step 50\nstep 51/100\n",
+        before={40, 50},
+        after={40, 50},
+    )
+    assert (within.ok, within.recomputed_steps, within.allowed_steps) == (True, 7, 7)
+    beyond = verdict(
+        drill="preempt",
+        autocheckpoint=False,
+        old_log="step 57/100\n",
+        new_log="resumed from step 40\nstep 41/100\n",
+        before={40, 50},
+        after={40, 50},
+    )
+    assert not beyond.ok and beyond.recomputed_steps == 17 and beyond.allowed_steps == 7
+    assert beyond.verdict.startswith("FAILED: progress lost beyond what the event allows")
+
+
+def test_no_step_lines_at_all_is_no_verdict_but_a_failure() -> None:
+    blind = verdict(old_log="", new_log="", before=set(), after=set())
+    assert not blind.ok and "could not tell" in blind.verdict
+
+
+def test_preempt_and_slice_failure_drills_need_the_emulator() -> None:
+    check_kind("maintenance", on_emulator=False)
+    with pytest.raises(UsageError):
+        check_kind("preempt", on_emulator=False)
+    with pytest.raises(UsageError):
+        check_kind("slice-failure", on_emulator=False)
+    with pytest.raises(UsageError):
+        check_kind("flood", on_emulator=True)
+
+
+def test_a_whole_maintenance_drill_against_fakes() -> None:
+    time, jobs, qr, record = FakeClock(), FakeJobs(), FakeQr(state="ACTIVE"), FakeRecord()
+    jobs.set("running")
+    record.steps = [40]
+    jobs.logs[1] = "starting fresh\nstep 41/100\n"
+    time.at(1, lambda: jobs.logs.__setitem__(1, "starting fresh\nstep 41/100\nstep 42/100\n"))
+
+    def maintenance_happens() -> None:
+        jobs.logs[1] = "step 41/100\nstep 42/100\nstep 43/100\nautocheckpoint at step 43\n"
+        record.steps.append(43)
+        jobs.reboot()
+        jobs.logs[2] = "resumed from step 43\nstep 44/100\n"
+
+    time.at(3, maintenance_happens)
+    drill = Drill(
+        qr,
+        spec(),
+        fleet_factory=fleet,
+        options=DrillOptions(kind="maintenance", timeout=60, poll=0.5),
+        jobs=jobs,
+        record=record,
+        clock=time.clock(),
+    )
+    report = drill.run()
+    assert qr.maintenances == [("job", 0)]
+    assert report.ok, report.verdict
+    assert (report.step_at_event, report.resumed_from, report.recomputed_steps) == (43, 43, 0)
+    assert report.boots_before == {"0/0": 1, "0/1": 1} and report.boots_after["0/0"] == 2
+
+
+def test_a_drill_whose_job_never_comes_back_gives_up_at_its_timeout() -> None:
+    time, jobs, qr = FakeClock(), FakeJobs(), FakeQr(state="ACTIVE")
+    jobs.set("running")
+    jobs.logs[1] = "step 41/100\n"
+    time.at(1, lambda: jobs.logs.__setitem__(1, "step 41/100\nstep 42/100\n"))
+    drill = Drill(
+        qr,
+        spec(),
+        fleet_factory=fleet,
+        options=DrillOptions(kind="maintenance", timeout=20, poll=0.5),
+        jobs=jobs,
+        record=FakeRecord(steps=[40]),
+        clock=time.clock(),
+    )
+    with pytest.raises(DeadlineError) as raised:
+        drill.run()
+    assert "new boot" in raised.value.message and time.t < 60
