@@ -35,6 +35,9 @@ from tpuctl.emulator.config import (
 from tpuctl.emulator.server import Emulator
 from tpuctl.emulator.testing import EmulatorProcess
 
+# It starts emulators of its own (servers, worker VMs): an emulator test.
+pytestmark = pytest.mark.emulator
+
 SPEED = 50.0
 GRACE = 100.0
 

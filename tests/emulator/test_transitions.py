@@ -38,6 +38,9 @@ from tpuctl.emulator.transitions import (
 from tpuctl.emulator.validation import CreatePlan
 from tpuctl.topology import parse_accelerator
 
+# It starts emulators of its own (servers, worker VMs): an emulator test.
+pytestmark = pytest.mark.emulator
+
 SPEED = 50.0
 FOREVER = 3600.0  # emulated seconds: 72 s real at SPEED, longer than any wait here
 TIMEOUT = 30.0

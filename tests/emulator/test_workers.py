@@ -34,6 +34,9 @@ from tpuctl.emulator import vm
 from tpuctl.emulator.workers import NodeIdentity, WorkerInfo, WorkerPlane
 from tpuctl.errors import NotFoundError
 
+# It starts emulators of its own (servers, worker VMs): an emulator test.
+pytestmark = pytest.mark.emulator
+
 USER = "alice"
 _ids = itertools.count()
 

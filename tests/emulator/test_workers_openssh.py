@@ -30,7 +30,10 @@ from tpuctl.emulator import vm
 from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
 
 SSHD = Path("/usr/sbin/sshd")
-pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
+pytestmark = [
+    pytest.mark.emulator,
+    pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed"),
+]
 NODE = "ossh"
 
 

@@ -18,6 +18,9 @@ from tests.support import child_environment
 from tpuctl.emulator import vm
 from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
 
+# It starts emulators of its own (servers, worker VMs): an emulator test.
+pytestmark = pytest.mark.emulator
+
 SLICES = 64
 VMS_PER_SLICE = 16
 IN_FLIGHT = 128

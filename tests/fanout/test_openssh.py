@@ -16,7 +16,10 @@ import pytest
 from tests.harness import Project, by_label
 
 SSHD = Path("/usr/sbin/sshd")
-pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed")
+pytestmark = [
+    pytest.mark.emulator,
+    pytest.mark.skipif(not SSHD.exists(), reason="OpenSSH sshd is not installed"),
+]
 
 
 class _InProcess:
