@@ -6,13 +6,13 @@ import http.server
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.support import wait_for
 from tpuctl.spec.model import CheckpointSpec, JobSpec, Spec, TpuSpec
 
 # What a multislice v4-16 worker (slice 1, worker 1) sees; the shape follows Cloud TPU's.
@@ -117,18 +117,22 @@ class Worker:
             check=False,
         )
 
+    def current_status(self) -> dict[str, str]:
+        """The status file, or {} while it is missing or half written."""
+        try:
+            return self.status()
+        except (FileNotFoundError, ValueError):
+            return {}
+
     def wait_for_state(self, *states: str, timeout: float = 15) -> dict[str, str]:
-        deadline = time.monotonic() + timeout
-        status: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            try:
-                status = self.status()
-            except (FileNotFoundError, ValueError):
-                status = {}
-            if status.get("state") in states:
-                return status
-            time.sleep(0.05)
-        raise AssertionError(f"state never reached {states}; last status {status}")
+        def reached() -> dict[str, str] | None:
+            status = self.current_status()
+            return status if status.get("state") in states else None
+
+        try:
+            return wait_for(reached, timeout, f"state {states}")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; last status {self.current_status()}") from None
 
 
 @pytest.fixture

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 
+from tests.support import wait_for
 from tpuctl.errors import SpecError
 from tpuctl.render.startup import render_startup_script
 from tpuctl.worker import CODE_READY_MARKER, LOG_ROOT, STATE_ROOT
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+# A job that runs until the test creates $HOME/release: the test, not a sleep, decides when
+# training ends. Bounded (~30 s) so that a failed test leaves nothing running for long.
+UNTIL_RELEASED = 'for _ in $(seq 600); do test -e "$HOME/release" && break; sleep 0.05; done'
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +37,20 @@ def _reap_trainers() -> Iterator[list[int]]:
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
+
+
+def release(worker: Any) -> None:
+    """Let an UNTIL_RELEASED job finish."""
+    (worker.root / "home/tpuctl/release").touch()
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open."""
+    target = os.path.realpath(path)
+    try:
+        return any(os.readlink(fd.path) == target for fd in os.scandir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def supervisor_pid(result: subprocess.CompletedProcess[str]) -> int:
@@ -46,21 +64,23 @@ def test_first_run_launches_once_with_identity(
 ) -> None:
     spec = job_spec(
         'echo started >>"$HOME/runs"; env | grep -E "^(TPUCTL|MEGASCALE)_" | sort >"$HOME/env";'
-        ' pwd >"$HOME/pwd"; sleep 0.5',
+        f' pwd >"$HOME/pwd"; {UNTIL_RELEASED}',
         checkpoint_dir="~/ckpt",
     )
     worker = make_worker("demo")
-    started = time.monotonic()
+    before = int(time.time())
     result = worker.run(render_startup_script(spec))
-    # The guest agent waits for the script: it must return at once, not when training ends.
-    assert time.monotonic() - started < 5
     assert result.returncode == 0, result.stderr
-    running = worker.wait_for_state("running", "exited")
+    # The guest agent waits for the script: it returned while training goes on (the job
+    # cannot end before the release below).
+    running = worker.wait_for_state("running")
     assert running["boot"] == "1" and running["pid"].isdigit()
     assert RFC3339.fullmatch(running["started"])
+    release(worker)
     status = worker.wait_for_state("exited")
     assert status["exit_code"] == "0"
-    assert int(status["heartbeat"]) >= int(time.time()) - 60
+    # The heartbeat is the Unix time of a write made during this run.
+    assert before <= int(status["heartbeat"]) <= int(time.time())
 
     home = worker.root / "home/tpuctl"
     assert (home / "runs").read_text() == "started\n"
@@ -111,14 +131,15 @@ def test_single_slice_coordinator_is_first_endpoint(
 def test_concurrent_second_run_does_not_start_a_second_trainer(
     make_worker: Callable[..., Any], job_spec: Callable[..., Any]
 ) -> None:
-    spec = job_spec('echo started >>"$HOME/runs"; sleep 1')
+    spec = job_spec(f'echo started >>"$HOME/runs"; {UNTIL_RELEASED}')
     worker = make_worker("demo")
     script = render_startup_script(spec)
     assert worker.run(script).returncode == 0
     worker.wait_for_state("running")
-    second = worker.run(script)
+    second = worker.run(script)  # the first trainer still runs: it waits for the release
     assert second.returncode == 0
     assert "nothing to do" in second.stderr
+    release(worker)
     worker.wait_for_state("exited")
     assert (worker.root / "home/tpuctl/runs").read_text() == "started\n"
     assert worker.status()["boot"] == "1"
@@ -163,7 +184,7 @@ def test_stale_tpu_holders_killed_and_lockfile_removed(
         start_new_session=True,
     )
     _reap_trainers.append(holder.pid)
-    time.sleep(0.2)
+    wait_for(lambda: holds_open(holder.pid, device), 10, "the holder to open the device")
     spec = job_spec(
         'if test -e "$TPUCTL_VM_ROOT/tmp/libtpu_lockfile"; then echo present; else echo gone; fi'
         ' >"$HOME/l"'
@@ -230,9 +251,7 @@ def test_sigterm_is_forwarded_and_the_trainer_gets_its_grace(
     trainer_pid = int(status["pid"])
     _reap_trainers.append(trainer_pid)
     ids = worker.root / "home/tpuctl/ids"
-    deadline = time.monotonic() + 10
-    while not ids.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(ids.exists, 10, "the trainer to start")
     pid, group, session = (int(word) for word in ids.read_text().split())
     # Its own session and process group, so the whole group can be signalled.
     assert pid == group == session == trainer_pid
@@ -247,13 +266,18 @@ def test_heartbeat_advances_while_running(
     make_worker: Callable[..., Any], job_spec: Callable[..., Any]
 ) -> None:
     worker = make_worker("demo")
-    worker.run(render_startup_script(job_spec("sleep 1.5")))
+    worker.run(render_startup_script(job_spec(UNTIL_RELEASED)))
     first = worker.wait_for_state("running")
-    time.sleep(1.1)
-    later = worker.status()
-    assert later["state"] == "running"
-    assert int(later["heartbeat"]) > int(first["heartbeat"])
-    worker.wait_for_state("exited")
+
+    def advanced() -> dict[str, str] | None:
+        later = worker.current_status()
+        return later if int(later.get("heartbeat", 0)) > int(first["heartbeat"]) else None
+
+    # The job runs until released, so any newer heartbeat was written while it ran.
+    later = wait_for(advanced, 10, "a newer heartbeat")
+    assert later["state"] == "running" and later["pid"] == first["pid"]
+    release(worker)
+    assert worker.wait_for_state("exited")["exit_code"] == "0"
 
 
 def test_a_spec_without_a_job_has_no_startup_script(job_spec: Callable[..., Any]) -> None:
