@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import python_with_default_sigint
+from tests.support import python_with_default_sigint, wait_for
 from tpuctl import __version__
 
 Spawn = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -184,15 +183,20 @@ def test_sigint_exits_130(tmp_path: Path) -> None:
 
 def _open_writer_when_reader_waits(fifo: Path, process: subprocess.Popen[Any]) -> int:
     # Opening a FIFO for writing without blocking fails with ENXIO until a reader has it open.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def writer() -> tuple[int] | None:
         if process.poll() is not None:
             raise AssertionError(f"tpuctl exited early: {process.communicate()}")
         try:
-            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            return (os.open(fifo, os.O_WRONLY | os.O_NONBLOCK),)  # a tuple: fd 0 is true too
         except OSError as error:
             if error.errno != errno.ENXIO:
                 raise
-        time.sleep(0.02)
-    process.kill()
-    raise AssertionError("tpuctl never opened the spec")
+        return None
+
+    try:
+        (fd,) = wait_for(writer, 30, "tpuctl to open the spec", interval=0.02)
+    except AssertionError:
+        process.kill()
+        process.wait()
+        raise
+    return fd
