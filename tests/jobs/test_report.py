@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tpuctl.jobs.report import build_report, checkpoint_step_seconds
+from tpuctl.jobs.goodput import build_report, checkpoint_step_seconds
 
 T0 = datetime(2026, 1, 2, 3, 0, 0, tzinfo=timezone.utc)
 

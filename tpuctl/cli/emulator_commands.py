@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,13 +29,6 @@ def emulator_group() -> None:
     `tpuctl emulator start` prints TPU_EMULATOR_HOST and TPUCTL_SSH_PORT lines to export; the
     other commands talk to the emulator named by TPU_EMULATOR_HOST.
     """
-
-
-def _parse(parser: Callable[[Any], T], value: Any, flag: str) -> T:
-    try:
-        return parser(value)
-    except ValueError as error:
-        raise UsageError(f"{flag}: {error}") from None
 
 
 @emulator_group.command("start")
@@ -84,14 +75,7 @@ def start(  # noqa: PLR0917 - click passes options positionally
     verbose: bool,
 ) -> None:
     """Run the emulator in the foreground until SIGINT or SIGTERM."""
-    from tpuctl.emulator.config import (
-        DEFAULT_CAPACITY_CHIPS,
-        GENERATIONS,
-        EmulatorConfig,
-        parse_capacity,
-        parse_delays,
-        parse_duration,
-    )
+    from tpuctl.emulator.config import config_from_flags
 
     try:
         import asyncssh  # noqa: F401  (the worker SSH servers; checked here for a clear error)
@@ -100,40 +84,30 @@ def start(  # noqa: PLR0917 - click passes options positionally
             "the emulator's SSH servers need asyncssh, which is not installed",
             hint="pip install 'tpuctl[emulator]' (scripts/demo and scripts/test install it)",
         ) from None
-    from tpuctl.emulator.server import Emulator
+    from tpuctl.emulator.server import serve_until_signalled
 
-    if speed <= 0:
-        raise UsageError("--speed must be positive")
-    pools = dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
-    pools.update(_parse(parse_capacity, capacity, "--capacity"))
-    config = EmulatorConfig(
-        port=port,
-        state_dir=state_dir,
-        speed=speed,
-        capacity=pools,
-        grace=_parse(parse_duration, grace, "--grace"),
-        ssh_port=ssh_port,
-        delays=_parse(parse_delays, list(delays), "--delay"),
-    )
+    try:
+        config = config_from_flags(
+            port=port,
+            state_dir=state_dir,
+            speed=speed,
+            capacity=capacity,
+            grace=grace,
+            ssh_port=ssh_port,
+            delays=delays,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     if verbose:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    emulator = Emulator(config)
-    try:
-        emulator.start()
+
+    def announce(emulator: Any) -> None:
         sys.stdout.write(
             f"TPU_EMULATOR_HOST={emulator.host}\nTPUCTL_SSH_PORT={emulator.ssh_port}\n"
         )
         sys.stdout.flush()
-        while not stop.wait(0.5):
-            pass
-    finally:
-        emulator.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+    serve_until_signalled(config, announce)
 
 
 def host_option(func: F) -> F:
@@ -245,9 +219,12 @@ def api_fault(
 @output_option
 def capacity(changes: tuple[str, ...], host: str | None) -> None:
     """Show or change capacity pools; freed capacity lets waiting QRs proceed."""
-    from tpuctl.emulator.config import parse_capacity
+    from tpuctl.emulator.config import parse_capacity, parse_flag
 
-    parsed = _parse(parse_capacity, ",".join(changes), "capacity")
+    try:
+        parsed = parse_flag(parse_capacity, ",".join(changes), "capacity")
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     with _admin(host) as admin:
         data = admin.capacity(parsed)
     emit(views.EmulatorCapacity(data), views.capacity_view)

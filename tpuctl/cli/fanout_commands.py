@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,120 +18,18 @@ import click
 from tpuctl.cli.options import (
     DURATION,
     app_context,
-    impersonate_option,
-    output_option,
-    project_zone_options,
     set_option,
-    ssh_settings,
-    worker_ssh_options,
 )
 from tpuctl.cli.output import emit
+from tpuctl.cli.reach import reach, selector_options, ssh_options
 from tpuctl.cli.streams import OutputFiles, PrefixedOutput, retry_note
-from tpuctl.cli.targets import Target, connect_api, resolve_target
 from tpuctl.cli.views.fanout import fanout_view
 from tpuctl.errors import UsageError
 
 if TYPE_CHECKING:
     from tpuctl.cli.context import AppContext
-    from tpuctl.cloud.client import TpuApi
     from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
-
-F = TypeVar("F", bound=Callable[..., Any])
-SSH_KEYS: tuple[str, ...] = (
-    *("user", "internal_ip", "ssh_port", "strict_host_key_checking", "connect_timeout"),
-    *("batch_size", "impersonate", "project", "zone"),
-)
-
-
-def ssh_options(func: F) -> F:
-    """Options shared by every fan-out command: reaching the workers, and how hard to try."""
-    options = [
-        worker_ssh_options,
-        click.option(
-            "--connect-timeout",
-            type=DURATION,
-            default=20.0,
-            show_default=True,
-            help="Deadline for TCP connect + SSH handshake + auth, per attempt.",
-        ),
-        click.option(
-            "--batch-size",
-            type=click.IntRange(min=1),
-            default=64,
-            show_default=True,
-            help="Connections being set up at once (running commands never hold a slot).",
-        ),
-        click.option(
-            "--all",
-            "all_rows",
-            is_flag=True,
-            default=False,
-            help="Show every worker's row (above 64 workers the table shows the ones that "
-            "were not ok, and one line for the rest).",
-        ),
-        impersonate_option,
-        project_zone_options,
-        output_option,
-    ]
-    for option in options:
-        func = option(func)
-    return func
-
-
-def selector_options(default: str = "all") -> Callable[[F], F]:
-    def decorate(func: F) -> F:
-        func = click.option(
-            "--worker",
-            default=None,
-            help=f"Workers: all, 0, 1,3 or 0-7 (default {default}).",
-        )(func)
-        return click.option(
-            "--node",
-            default=None,
-            help=f"Slices (nodes) by index, or node ids: all, 0, 1,3 or 0-3 (default {default}).",
-        )(func)
-
-    return decorate
-
-
-@dataclass
-class Reached:
-    """What a fan-out command acts on: NAME|SPEC resolved, the API, the selected workers."""
-
-    target: Target
-    api: TpuApi
-    fleet: Fleet
-
-
-def _reach(
-    app: AppContext,
-    target: str,
-    values: dict[str, Any],
-    *,
-    node: str | None,
-    worker: str | None,
-    default: str = "all",
-    overrides: tuple[str, ...] = (),
-) -> Reached:
-    """The selected workers of NAME|SPEC, ready to connect to; consumes the SSH options. The
-    SSH user defaults to the spec's job.user for `run`-style commands (`--user` wins)."""
-    from tpuctl.jobs.fleet import prepare_fleet
-
-    params = {key: values.pop(key) for key in SSH_KEYS}
-    app.all_rows = bool(values.pop("all_rows", False))
-    resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"), overrides)
-    api = connect_api(resolved.location, params.pop("impersonate"))
-    settings = ssh_settings(app, **params)
-    fleet = prepare_fleet(
-        api,
-        resolved.name,
-        settings,
-        nodes=node or default,
-        workers=worker or default,
-        on_progress=app.info,
-    )
-    return Reached(resolved, api, fleet)
 
 
 def _finish(app: AppContext, result: FanoutResult) -> None:
@@ -184,7 +81,7 @@ def ssh(
     text = command[0] if len(command) == 1 else shlex.join(command)
     if not text and (detach or timeout or output_dir):
         raise UsageError("--detach, --timeout and --output-dir need a COMMAND")
-    fleet = _reach(
+    fleet = reach(
         app, target, values, node=node, worker=worker, default="all" if text else "0"
     ).fleet
     if not text:
@@ -218,6 +115,9 @@ def _shell(fleet: Fleet) -> None:
     code = interactive_shell(fleet.targets[0], fleet.connect)
     if code:
         click.get_current_context().exit(code)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _run_option(func: F) -> F:
@@ -258,7 +158,7 @@ def ps(
     app = app_context()
     if startup_job and run_id is not None:
         raise UsageError("--job shows the startup-script job; --run names a detached run")
-    reached = _reach(app, target, values, node=node, worker=worker)
+    reached = reach(app, target, values, node=node, worker=worker)
     if startup_job:
         from tpuctl.jobs import control
 
@@ -290,7 +190,7 @@ def logs(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _reach(app, target, values, node=node, worker=worker).fleet
+    fleet = reach(app, target, values, node=node, worker=worker).fleet
     sink = None if app.machine_output else PrefixedOutput()
     result = operations.run_logs(fleet, run_id, lines=lines, follow=follow, on_output=sink)
     result.interrupt_expected = follow  # Ctrl-C is how one stops following
@@ -318,7 +218,7 @@ def stop(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _reach(app, target, values, node=node, worker=worker).fleet
+    fleet = reach(app, target, values, node=node, worker=worker).fleet
     _finish(app, operations.stop_run(fleet, run_id, grace=grace))
 
 
@@ -342,7 +242,7 @@ def upload(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _reach(app, target, values, node=node, worker=worker).fleet
+    fleet = reach(app, target, values, node=node, worker=worker).fleet
     destination = remote_dir or f"~/{local_dir.resolve().name}"
     result = operations.upload(fleet, local_dir, destination, on_event=retry_note(app))
     if result.transfer is not None:
@@ -372,7 +272,7 @@ def download(
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = _reach(app, target, values, node=node, worker=worker, default="0").fleet
+    fleet = reach(app, target, values, node=node, worker=worker, default="0").fleet
     result = operations.download(fleet, remote_path, local_dir)
     if result.transfer is not None and result.transfer.files is not None:
         app.info(f"downloaded {result.transfer.files} entries into {local_dir}")
@@ -405,7 +305,7 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to run")
     values["user"] = values["user"] or spec.job.user
-    fleet = _reach(app, spec_path, values, node=None, worker=None, overrides=overrides).fleet
+    fleet = reach(app, spec_path, values, node=None, worker=None, overrides=overrides).fleet
     job = run_job(
         fleet,
         spec,

@@ -15,6 +15,7 @@ from tpuctl.cli.options import (
     app_context,
     impersonate_option,
     output_option,
+    pop_worker_ssh,
     project_zone_options,
     set_option,
     spec_argument,
@@ -131,10 +132,6 @@ def up(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    user: str | None,
-    internal_ip: bool,
-    ssh_port: int | None,
-    strict_host_key_checking: str,
     **tuning: Any,
 ) -> None:
     """Run SPEC's job to completion: create, wait, start, watch and recover; the CI babysitter.
@@ -165,13 +162,7 @@ def up(
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
     api = connect_api(resolve_location_for(project, zone, spec), impersonate)
-    settings = ssh_settings(
-        app,
-        user=user,
-        internal_ip=internal_ip,
-        ssh_port=ssh_port,
-        strict_host_key_checking=strict_host_key_checking,
-    )
+    settings = ssh_settings(app, **pop_worker_ssh(tuning))
     resume = shlex.join(["tpuctl", "up", spec_path, *(f"--set={o}" for o in overrides)])
     options = up_options(spec, resume_hint=resume, **tuning)
     with interrupts() as stop_flag:
@@ -239,10 +230,6 @@ def drill(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    user: str | None,
-    internal_ip: bool,
-    ssh_port: int | None,
-    strict_host_key_checking: str,
     slice_index: int | None,
     **choices: Any,
 ) -> None:
@@ -275,13 +262,7 @@ def drill(
         from tpuctl.emulator.admin import AdminClient
 
         admin = AdminClient(os.environ[EMULATOR_ENV])
-    settings = ssh_settings(
-        app,
-        user=user,
-        internal_ip=internal_ip,
-        ssh_port=ssh_port,
-        strict_host_key_checking=strict_host_key_checking,
-    )
+    settings = ssh_settings(app, **pop_worker_ssh(choices))
     runner = Drill(
         ApiQueuedResource(api, resolved.spec, resolved.name),
         resolved.spec,

@@ -153,6 +153,14 @@ def worker_ssh_options(func: F) -> F:
     return func
 
 
+WORKER_SSH_KEYS = ("user", "internal_ip", "ssh_port", "strict_host_key_checking")
+
+
+def pop_worker_ssh(values: dict[str, Any]) -> dict[str, Any]:
+    """worker_ssh_options' values, taken out of a command's keyword arguments."""
+    return {key: values.pop(key) for key in WORKER_SSH_KEYS}
+
+
 def ssh_settings(
     app: AppContext,
     *,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tpuctl.topology import FAMILIES
 
+T = TypeVar("T")
 GENERATIONS: tuple[str, ...] = tuple(family.generation for family in FAMILIES)
 DEFAULT_CAPACITY_CHIPS = 16384  # per generation: room for 64 × v4-128 with plenty to spare
 
@@ -81,3 +84,39 @@ def parse_delays(items: list[str] | tuple[str, ...], base: Delays | None = None)
             raise ValueError(f"bad delay {item!r}: use NAME=SECONDS, NAME one of {Delays.names()}")
         changes[key.strip()] = parse_duration(value)
     return replace(delays, **changes)
+
+
+def parse_flag(parser: Callable[[Any], T], value: Any, flag: str) -> T:
+    """`parser(value)`, its ValueError naming the flag."""
+    try:
+        return parser(value)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+
+
+def config_from_flags(
+    *,
+    port: int,
+    state_dir: Path | None,
+    speed: float,
+    capacity: str,
+    grace: str,
+    ssh_port: int,
+    delays: list[str] | tuple[str, ...],
+) -> EmulatorConfig:
+    """An EmulatorConfig from `tpuctl emulator start`'s flags as typed (ValueError naming the
+    flag that is wrong)."""
+
+    if speed <= 0:
+        raise ValueError("--speed must be positive")
+    pools = dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
+    pools.update(parse_flag(parse_capacity, capacity, "--capacity"))
+    return EmulatorConfig(
+        port=port,
+        state_dir=state_dir,
+        speed=speed,
+        capacity=pools,
+        grace=parse_flag(parse_duration, grace, "--grace"),
+        ssh_port=ssh_port,
+        delays=parse_flag(parse_delays, list(delays), "--delay"),
+    )

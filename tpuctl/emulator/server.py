@@ -143,3 +143,25 @@ def _real_identity() -> Callable[..., Any]:
 
     factory: Callable[..., Any] = NodeIdentity
     return factory
+
+
+def serve_until_signalled(config: EmulatorConfig, announce: Callable[[Emulator], None]) -> None:
+    """Run an emulator in the foreground until SIGINT or SIGTERM, then stop every worker
+    process; `announce` is told once it is up (the lines to export)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    emulator = Emulator(config)
+    try:
+        emulator.start()
+        announce(emulator)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emulator.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,373 @@
+"""A job's timeline and infrastructure goodput, computed from its journal entries (pure).
+
+Definitions (after Google's ml-goodput-measurement, for the part tpuctl can see without any
+change to the training code):
+
+* total job time: from the first Journal entry (`tpuctl up` starting) to the done marker (or
+  the last entry, or now while the job runs);
+* queueing: the QR waiting for capacity (CREATING, ACCEPTED, WAITING_FOR_RESOURCES), and the
+  time before it existed;
+* provisioning: PROVISIONING, and an ACTIVE QR whose job is not running yet (boot, code
+  delivery, setup, startup);
+* disruption recovery: from the moment a disruption is detected (preemption, job failure, a
+  drill's event) until the job runs again, whatever the QR does meanwhile;
+* wasted progress: steps computed twice after a disruption (the step reached at the event
+  minus the step the job resumed from) × the mean step time, when both are known; it is
+  taken out of the running time;
+* productive time = running time − wasted progress; goodput = productive time / total time.
+
+Program start-up inside the job, data loading and checkpoint saves count as productive here:
+only the training code can measure those.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Protocol
+
+from tpuctl.cloud.watcher import GONE, QUEUE_STATES
+from tpuctl.envelope import Result
+
+BUCKETS = ("queueing", "provisioning", "disruption_recovery", "wasted_progress")
+_DISRUPTION_STARTS = {
+    "preemption.detected": "preemption",
+    "job.failed": "job failure",
+    "drill.triggered": "drill",
+}
+_RUNNING_AGAIN = frozenset({"job.running", "job.relaunched", "drill.recovered"})
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class EntryLike(Protocol):
+    """A Journal entry (tpuctl.storage.journal.JournalEntry)."""
+
+    @property
+    def timestamp(self) -> datetime: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Phase:
+    phase: str  # queueing | provisioning | running | disruption_recovery
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "start": self.start,
+            "end": self.end,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class Disruption:
+    kind: str
+    detected_at: datetime
+    running_again_at: datetime | None = None
+    recomputed_steps: int | None = None
+    recomputed_exact: bool = False
+    wasted_seconds: float | None = None
+    detail: str = ""
+
+    @property
+    def recovery_seconds(self) -> float | None:
+        if self.running_again_at is None:
+            return None
+        return (self.running_again_at - self.detected_at).total_seconds()
+
+    def to_dict(self) -> dict[str, Any]:
+        recovery = self.recovery_seconds
+        return {
+            "kind": self.kind,
+            "detected_at": self.detected_at,
+            "running_again_at": self.running_again_at,
+            "recovery_seconds": None if recovery is None else round(recovery, 3),
+            "recomputed_steps": self.recomputed_steps,
+            "recomputed_exact": self.recomputed_exact,
+            "wasted_seconds": _round(self.wasted_seconds),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class JobReport(Result):
+    """The timeline and goodput of one run (docs/output.md, kind Report)."""
+
+    KIND: ClassVar[str] = "Report"
+    name: str
+    run: str
+    status: str  # done | running | failed | interrupted | unknown
+    started_at: datetime
+    ended_at: datetime
+    total_seconds: float
+    running_seconds: float
+    productive_seconds: float
+    goodput: float | None
+    badput: dict[str, float]
+    disruptions: list[Disruption] = field(default_factory=list)
+    timeline: list[Phase] = field(default_factory=list)
+    step_seconds: float | None = None
+    latest_step: int | None = None
+    entries: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "run": self.run,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "total_seconds": round(self.total_seconds, 3),
+            "running_seconds": round(self.running_seconds, 3),
+            "productive_seconds": round(self.productive_seconds, 3),
+            "goodput": None if self.goodput is None else round(self.goodput, 4),
+            "badput": {key: round(value, 3) for key, value in self.badput.items()},
+            "badput_fraction": {
+                key: (round(value / self.total_seconds, 4) if self.total_seconds > 0 else None)
+                for key, value in self.badput.items()
+            },
+            "disruptions": [d.to_dict() for d in self.disruptions],
+            "timeline": [p.to_dict() for p in self.timeline],
+            "step_seconds": None if self.step_seconds is None else round(self.step_seconds, 4),
+            "latest_step": self.latest_step,
+            "entries": self.entries,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class _State:
+    qr: str | None = None
+    running: bool = False
+    disrupted: bool = False
+
+    def phase(self) -> str:
+        if self.disrupted:
+            return "disruption_recovery"
+        if self.running:
+            return "running"
+        if self.qr is None or self.qr == GONE or self.qr in QUEUE_STATES:
+            return "queueing"
+        return "provisioning"
+
+
+def build_report(
+    entries: Sequence[EntryLike],
+    *,
+    name: str,
+    run: str,
+    now: datetime | None = None,
+    latest_step: int | None = None,
+    checkpoint_step_seconds: float | None = None,
+) -> JobReport:
+    """The timeline and goodput of one run from its Journal entries (see the module doc)."""
+    ordered = sorted(entries, key=lambda entry: entry.timestamp)
+    now = now or datetime.now(timezone.utc)
+    if not ordered:
+        return JobReport(
+            name=name,
+            run=run,
+            status="unknown",
+            started_at=now,
+            ended_at=now,
+            total_seconds=0.0,
+            running_seconds=0.0,
+            productive_seconds=0.0,
+            goodput=None,
+            badput=dict.fromkeys(BUCKETS, 0.0),
+            latest_step=latest_step,
+            notes=["the Journal has no entries for this run"],
+        )
+    start = ordered[0].timestamp
+    done = next((e for e in ordered if e.kind == "job.done"), None)
+    status, end = _status_and_end(ordered, done, now)
+    timeline = _timeline(ordered, start, end)
+    disruptions = _disruptions(ordered, end)
+    step_seconds = _step_seconds(ordered) or checkpoint_step_seconds
+    notes: list[str] = []
+    for disruption in disruptions:
+        if disruption.recomputed_steps is not None and step_seconds is not None:
+            disruption.wasted_seconds = disruption.recomputed_steps * step_seconds
+    if step_seconds is None and any(d.recomputed_steps for d in disruptions):
+        notes.append("mean step time unknown: wasted progress not counted")
+    totals = dict.fromkeys(("queueing", "provisioning", "running", "disruption_recovery"), 0.0)
+    for phase in timeline:
+        totals[phase.phase] += phase.seconds
+    total = max(0.0, (end - start).total_seconds())
+    running = totals["running"]
+    wasted = min(running, sum(d.wasted_seconds or 0.0 for d in disruptions))
+    productive = running - wasted
+    badput = {
+        "queueing": totals["queueing"],
+        "provisioning": totals["provisioning"],
+        "disruption_recovery": totals["disruption_recovery"],
+        "wasted_progress": wasted,
+    }
+    return JobReport(
+        name=name,
+        run=run,
+        status=status,
+        started_at=start,
+        ended_at=end,
+        total_seconds=total,
+        running_seconds=running,
+        productive_seconds=productive,
+        goodput=(productive / total) if total > 0 else None,
+        badput=badput,
+        disruptions=disruptions,
+        timeline=timeline,
+        step_seconds=step_seconds,
+        latest_step=latest_step,
+        entries=len(ordered),
+        notes=notes,
+    )
+
+
+def _status_and_end(
+    ordered: Sequence[EntryLike], done: EntryLike | None, now: datetime
+) -> tuple[str, datetime]:
+    if done is not None:
+        return "done", done.timestamp
+    last = ordered[-1]
+    if last.kind == "up.exit":
+        outcome = str(last.fields.get("outcome") or "")
+        code = last.fields.get("exit_code")
+        status = "interrupted" if code == 130 else ("failed" if code else outcome or "ended")
+        if code == 130:
+            return status, max(now, last.timestamp)  # the job may still run unwatched
+        return status, last.timestamp
+    return "running", max(now, last.timestamp)
+
+
+def _apply(state: _State, entry: EntryLike) -> None:
+    kind = entry.kind
+    fields = entry.fields
+    if kind == "qr.state":
+        state.qr = str(fields.get("state") or state.qr)
+    elif kind in ("qr.created", "qr.recreated"):
+        state.qr = "CREATING"
+    elif kind == "qr.exists":
+        state.qr = str(fields.get("state") or state.qr)
+    elif kind == "qr.deleted":
+        state.qr = GONE
+        state.running = False
+    if kind in _DISRUPTION_STARTS:
+        state.disrupted = True
+        state.running = False
+    elif kind in _RUNNING_AGAIN:
+        state.disrupted = False
+        state.running = True
+    elif kind == "job.done":
+        state.running = False
+
+
+def _timeline(ordered: Sequence[EntryLike], start: datetime, end: datetime) -> list[Phase]:
+    phases: list[Phase] = []
+    state = _State()
+    cursor = start
+    for entry in ordered:
+        at = min(max(entry.timestamp, start), end)
+        if at > cursor:
+            _add(phases, state.phase(), cursor, at)
+            cursor = at
+        _apply(state, entry)
+    if end > cursor:
+        _add(phases, state.phase(), cursor, end)
+    return phases
+
+
+def _add(phases: list[Phase], phase: str, start: datetime, end: datetime) -> None:
+    if phases and phases[-1].phase == phase and phases[-1].end == start:
+        phases[-1] = Phase(phase, phases[-1].start, end)
+    else:
+        phases.append(Phase(phase, start, end))
+
+
+def _disruptions(ordered: Sequence[EntryLike], end: datetime) -> list[Disruption]:
+    found: list[Disruption] = []
+    current: Disruption | None = None
+    last_step: int | None = None
+    for entry in ordered:
+        kind, fields = entry.kind, entry.fields
+        if kind in _DISRUPTION_STARTS:
+            label = _DISRUPTION_STARTS[kind]
+            if kind == "drill.triggered":
+                label = f"drill: {fields.get('drill')}"
+            if current is None:
+                current = Disruption(kind=label, detected_at=entry.timestamp)
+                found.append(current)
+                value = fields.get("last_step")
+                last_step = value if isinstance(value, int) else None
+            elif label not in current.kind:
+                current.kind += f" + {label}"
+            if kind == "job.failed":
+                current.detail = f"exit codes {fields.get('exit_codes')}"
+            elif kind == "preemption.detected":
+                current.detail = f"QR {fields.get('state')} ({fields.get('initiator') or '?'})"
+        elif kind in _RUNNING_AGAIN and current is not None:
+            current.running_again_at = entry.timestamp
+            resumed = fields.get("resumed_from")
+            if (
+                current.recomputed_steps is None
+                and isinstance(resumed, int)
+                and last_step is not None
+            ):
+                current.recomputed_steps = max(0, last_step - resumed)  # a lower bound
+            current = None
+        elif kind == "job.relaunched" and current is None:
+            found.append(
+                Disruption(
+                    kind="reboot (maintenance or reset)",
+                    detected_at=entry.timestamp,
+                    running_again_at=entry.timestamp,
+                    detail="seen when the job had relaunched itself",
+                )
+            )
+        if kind == "drill.result":
+            recomputed = fields.get("recomputed_steps")
+            target = current or (found[-1] if found else None)
+            if target is not None and isinstance(recomputed, int):
+                target.recomputed_steps = recomputed
+                target.recomputed_exact = True
+    return found
+
+
+def _step_seconds(ordered: Sequence[EntryLike]) -> float | None:
+    values = [
+        float(e.fields["step_seconds"])
+        for e in ordered
+        if isinstance(e.fields.get("step_seconds"), int | float) and e.fields["step_seconds"] > 0
+    ]
+    if not values:
+        return None
+    return sum(values) / len(values)
+
+
+def checkpoint_step_seconds(commits: Sequence[tuple[int, datetime | None]]) -> float | None:
+    """Mean step time from consecutive checkpoint commit times (saves included)."""
+    known = sorted((step, at) for step, at in commits if at is not None)
+    rates = []
+    for (step_a, at_a), (step_b, at_b) in itertools.pairwise(known):
+        if step_b > step_a and at_a is not None and at_b is not None and at_b > at_a:
+            rates.append((at_b - at_a).total_seconds() / (step_b - step_a))
+    if not rates:
+        return None
+    return min(rates)  # the smallest: the stretch least affected by a disruption
