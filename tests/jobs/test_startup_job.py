@@ -169,6 +169,8 @@ def test_target_step_writes_the_done_marker(make_job_qr: MakeQR) -> None:
     assert "trainer started" not in qr.boot_log(0, 0, 2)
 
 
+# The trainer under test. Its sleeps are its own work (a save that takes a while, a training
+# step), not the test's synchronisation: the test waits for the files it writes.
 TRAINER_TRAPPING_TERM = """\
 import os, signal, sys, time
 home, boot = os.environ["HOME"], os.environ["TPUCTL_BOOT"]
@@ -207,6 +209,7 @@ def test_maintenance_with_autocheckpoint_saves_and_relaunches(
     log = qr.boot_log(0, 0, 1)
     assert "forwarding SIGTERM to the trainer" in log
     assert "trainer exited with 0" in log
+    assert log.index("forwarding SIGTERM") < log.index("trainer exited with 0")
     wait_for((home / "started-2").exists, 10, "the relaunch")
 
 
