@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,16 +129,30 @@ def test_events_follow(emulator: EmulatorProcess) -> None:
     command = [sys.executable, "-m", "tpuctl", "emulator", "events", "--follow"]
     env = {**os.environ, "TPU_EMULATOR_HOST": emulator.host}
     with subprocess.Popen(command, stdout=subprocess.PIPE, env=env) as follower:
+        assert follower.stdout is not None
+        stdout = follower.stdout
+        printed: list[dict[str, Any]] = []
+
+        def read() -> None:
+            for line in stdout:
+                printed.append(json.loads(line))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
         try:
-            assert follower.stdout is not None
-            line = follower.stdout.readline()
-            assert json.loads(line)["seq"] == 0
-            started = time.monotonic()
+            wait_until(lambda: printed, "the first event", timeout=30)
+            assert printed[0]["seq"] == 0
+            # An event that happens after the follower has started reaches it, and it goes on.
+            seen = len(printed)
             emulator.admin.capacity({"v6e": 16384})
-            while True:
-                event = json.loads(follower.stdout.readline())
-                if event["kind"] == "capacity":
-                    break
-            assert time.monotonic() - started < 10
+            wait_until(
+                lambda: [e for e in printed[seen:] if e["kind"] == "capacity"],
+                "the new capacity event",
+                timeout=30,
+            )
+            assert follower.poll() is None
+            seqs = [e["seq"] for e in printed]
+            assert seqs == list(range(len(seqs)))  # every event once, in order
         finally:
             follower.terminate()
+            reader.join(30)
