@@ -1,31 +1,35 @@
-"""Scale: 64 slices × v4-128 (16 VMs each) = 1,024 workers in one emulator."""
+"""Scale: 64 slices × v4-128 (16 VMs each) = 1,024 workers in one emulator.
+
+How long it takes is scripts/bench/emulator.py's to measure (target: within a minute)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from tests.emulator.helpers import QrState, create, delete, new_project, parent_of, qr_request
+from tests.emulator.helpers import (
+    QrState,
+    create,
+    delete,
+    new_project,
+    parent_of,
+    qr_request,
+    wait_state,
+)
 from tpuctl.emulator.testing import EmulatorProcess
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 
-def test_1024_workers_reach_active_within_a_minute(emulator: EmulatorProcess) -> None:
+def test_1024_workers_reach_active(emulator: EmulatorProcess) -> None:
     client: Any = emulator.tpu_client()
     parent = parent_of(new_project())
     request = qr_request(
         parent, accelerator_type="v4-128", node_count=64, prefix="big", startup_script="true"
     )
-    started = time.monotonic()
     name = create(client, parent, "big", request).result(timeout=60).name
-    while client.get_queued_resource(name=name).state.state != QrState.ACTIVE:
-        assert time.monotonic() - started < 60, "1,024 workers did not reach ACTIVE in 60 s"
-        time.sleep(0.25)
-    elapsed = time.monotonic() - started
-    print(f"\n1,024 workers ACTIVE in {elapsed:.1f} s")
+    wait_state(client, name, QrState.ACTIVE, timeout=180)
     nodes = list(client.list_nodes(parent=parent))
     assert len(nodes) == 64
     assert sum(len(node.network_endpoints) for node in nodes) == 1024
