@@ -247,11 +247,12 @@ def test_request_id_and_json_is_stable() -> None:
     assert keys == sorted(keys)
 
 
-def test_startup_script_metadata_conflicts_with_job() -> None:
+def test_a_startup_script_of_the_specs_own_replaces_tpuctls() -> None:
     spec = replace(overview_spec(), job=JobSpec(command="true"))
-    with pytest.raises(SpecError) as caught:
-        render_request(spec, project=PROJECT, zone=ZONE)
-    assert caught.value.path == "tpu.metadata.startup-script"
+    own = spec.tpu.metadata["startup-script"]
+    request = render_request(spec, project=PROJECT, zone=ZONE)
+    node = request.queued_resource.tpu.node_spec[0].node
+    assert node.metadata["startup-script"] == own
 
 
 @pytest.mark.parametrize(

@@ -398,14 +398,6 @@ CASES: dict[str, Case] = {
         "65 entries, more than 64",
         None,
     ),
-    "metadata-startup-script": Case(
-        HEAD + "  metadata:\n    startup-script: echo hi\n",
-        "tpu.metadata.startup-script",
-        7,
-        5,
-        "'startup-script' is reserved for tpuctl",
-        "job.command",
-    ),
     "tag-invalid": Case(
         HEAD + "  tags: [Web_Tag]\n",
         "tpu.tags[0]",

@@ -143,10 +143,6 @@ def test_example_spec_is_valid_against_the_schema() -> None:
         ),
         ({"tpu": {"runtime": "r"}}, "oneOf"),
         ({"tpu": {"accelerator": "v4-8", "runtime": "r", "labels": {"managed-by": "x"}}}, "not"),
-        (
-            {"tpu": {"accelerator": "v4-8", "runtime": "r", "metadata": {"startup-script": "x"}}},
-            "not",
-        ),
         ({"tpu": {"accelerator": "v4-8", "runtime": "r", "slices": True}}, "is not integer"),
         ({"name": "Bad_Name"}, "does not match"),
         ({"job": {"env": {"1X": "a"}, "command": "x"}}, "does not match"),
@@ -177,7 +173,10 @@ def test_reference_markdown_has_a_row_per_key() -> None:
     assert rows == {path for path, _ in walk_fields()}
     assert "| `capacity.tier` | `spot` \\| `reserved` \\| `on-demand` \\| `best-effort` |" in text
     assert "| `job.run_name` | string | the spec's name |" in text
-    assert "| `job.command` | string | required in `job` |" in text
+    assert (
+        "| `job.command` | string (a shell line) or list of strings (an argv) | required in `job` |"
+        in text
+    )
     assert "| `name` | string | **required** |" in text
     assert "| `tpu.slices` | integer 1–256 | `1` |" in text
 

@@ -101,17 +101,11 @@ def node_labels(spec: Spec) -> dict[str, str]:
 
 
 def node_metadata(spec: Spec, startup_script: str | None = None) -> dict[str, str]:
-    """The user's metadata plus the rendered startup script when the spec has a job."""
+    """The user's metadata plus the rendered startup script when the spec has a job, unless the
+    spec brings a startup script of its own (tpu.metadata), which then replaces tpuctl's."""
     metadata = dict(spec.tpu.metadata)
-    if spec.job is None:
+    if spec.job is None or spec.own_startup_script:
         return metadata
-    if STARTUP_SCRIPT_KEY in metadata:
-        raise SpecError(
-            "tpu.metadata.startup-script cannot be combined with job: tpuctl writes the "
-            "startup script from the job",
-            path="tpu.metadata.startup-script",
-            hint="remove the metadata key, or drop `job` and manage the script yourself",
-        )
     if startup_script is None:
         from tpuctl.render.startup import render_startup_script
 

@@ -3,14 +3,24 @@ parallelism products, code locations) and the warnings worth showing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
 from tpuctl.errors import SpecError
 from tpuctl.spec.check import Checker
+from tpuctl.spec.command import CommandShape, analyse, command_line, given_flags
 from tpuctl.spec.fields import field_at
+from tpuctl.spec.frameworks import (
+    Checkpointing,
+    PresetFlag,
+    adopt_given_flags,
+    autocheckpoint_warning,
+    preset_flags,
+)
 from tpuctl.spec.model import (
     CapacitySpec,
     CheckpointSpec,
@@ -41,6 +51,10 @@ _TIER_FLAGS = (
 
 
 _CODE_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+# job.env names that hold a secret, by the words people use for them.
+_SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH", re.IGNORECASE
+)
 
 
 def _freeze(value: Any) -> Any:
@@ -88,17 +102,25 @@ class Builder:
         values = self.values
         name: str = values["name"]
         tpu, accelerator = self.tpu(values.section("tpu"))
-        job = (
-            self.job(values.section("job"), name, accelerator, tpu.slices)
-            if "job" in values
-            else None
-        )
+        checkpoint = self.checkpoint(values.section("checkpoint"))
+        job = None
+        if "job" in values:
+            job, checkpoint = self.job(
+                values.section("job"), name, accelerator, tpu.slices, checkpoint
+            )
+            if tpu.metadata.get("startup-script") is not None:
+                self.warn(
+                    "tpu.metadata.startup-script replaces tpuctl's startup script: the job "
+                    "section is not run by it, and up, drill and done detection then rely on "
+                    "your script keeping tpuctl's worker contract (status file, done marker)",
+                    "tpu.metadata.startup-script",
+                )
+        self.check_checkpoint(checkpoint)
         deadlines = values.section("deadlines")
         for key in ("queue", "provision"):
             if key in deadlines and deadlines[key] <= timedelta(0):
                 raise self.error("a deadline must be longer than zero", f"deadlines.{key}")
         recovery = values.section("recovery")
-        checkpoint = self.checkpoint(values.section("checkpoint"))
         if job is not None and job.target_step is not None and not checkpoint.dir:
             raise self.error(
                 "target_step needs a checkpoint directory to find the committed steps in",
@@ -209,38 +231,113 @@ class Builder:
         )
 
     def checkpoint(self, checkpoint: Values) -> CheckpointSpec:
-        if checkpoint["autocheckpoint"] and not checkpoint["dir"]:
-            raise self.error(
-                "autocheckpoint needs a checkpoint directory",
-                "checkpoint.autocheckpoint",
-                "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
-            )
-        return CheckpointSpec(dir=checkpoint["dir"], autocheckpoint=checkpoint["autocheckpoint"])
+        return CheckpointSpec(
+            dir=checkpoint["dir"],
+            autocheckpoint=checkpoint["autocheckpoint"],
+            continuous=checkpoint["continuous"],
+            keep=checkpoint["keep"],
+        )
 
-    def job(self, job: Values, name: str, accelerator: Accelerator, slices: int) -> JobSpec:
-        command: str = job["command"]
-        if not command.strip():
+    def check_checkpoint(self, checkpoint: CheckpointSpec) -> None:
+        """What needs a checkpoint directory (given in the spec, or by the command's flags)."""
+        if checkpoint.dir:
+            return
+        for key in ("autocheckpoint", "continuous"):
+            if getattr(checkpoint, key):
+                raise self.error(
+                    f"{key} needs a checkpoint directory",
+                    f"checkpoint.{key}",
+                    "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
+                )
+
+    def job(
+        self,
+        job: Values,
+        name: str,
+        accelerator: Accelerator,
+        slices: int,
+        checkpoint: CheckpointSpec,
+    ) -> tuple[JobSpec, CheckpointSpec]:
+        """The job, and the checkpoint section as the command's own flags complete it."""
+        line = command_line(job["command"])
+        if not line.strip():
             raise self.error("the command is empty", "job.command", "give the command to run")
-        if job["user"] == "root":
-            self.warn("the job runs as root; a dedicated user is safer", "job.user")
+        try:
+            shape = analyse(line)
+        except ValueError as error:
+            raise self.error(str(error), "job.command", "check its quotes") from None
+        framework = job["framework"]
+        settings = Checkpointing(
+            checkpoint.autocheckpoint, checkpoint.continuous, checkpoint.keep, slices > 1
+        )
+        adopted = adopt_given_flags(
+            framework,
+            given_flags(shape.words),
+            run_name=job["run_name"],
+            checkpoint_dir=checkpoint.dir,
+            settings=settings,
+        )
+        for conflict in adopted.conflicts:
+            raise self.error(conflict.message, conflict.path, conflict.hint)
+        for path, note in adopted.notes:
+            self.warn(note, path)
+        if adopted.checkpoint_dir and not checkpoint.dir:
+            checkpoint = replace(checkpoint, dir=adopted.checkpoint_dir)
+        flags = preset_flags(framework, settings, command_words=shape.words)
+        if flags and shape.needs_placement:
+            self.refuse_compound(shape, framework, flags)
+        self.job_warnings(job, framework, checkpoint)
         code: str | None = job["code"]
         if code is not None:
             self.code(code)
         parallelism = None
         if "parallelism" in job:
             parallelism = self.parallelism(job.section("parallelism"), accelerator, slices)
-        return JobSpec(
-            command=command,
-            framework=job["framework"],
-            run_name=job["run_name"] or name,
+        target_step = job["target_step"]
+        if target_step is None and adopted.target_step is not None and checkpoint.dir:
+            target_step = adopted.target_step
+        spec = JobSpec(
+            command=line,
+            framework=framework,
+            run_name=job["run_name"] or adopted.run_name or name,
             user=job["user"],
             workdir=job["workdir"],
             code=code,
             setup=job["setup"],
             env=job["env"],
             parallelism=parallelism,
-            target_step=job["target_step"],
+            target_step=target_step,
+            boot_script=job["boot_script"],
         )
+        return spec, checkpoint
+
+    def refuse_compound(
+        self, shape: CommandShape, framework: str, flags: tuple[PresetFlag, ...]
+    ) -> None:
+        shown = " ".join(flag.name for flag in flags[:2]) + (" …" if len(flags) > 2 else "")
+        raise self.error(
+            f"the command is {shape.compound}, so the {framework} flags ({shown}) would be "
+            "appended to its end and reach the last command, not the trainer",
+            "job.command",
+            "mark where they go with {flags}, e.g. "
+            "`{ python3 train.py {flags}; } 2>&1 | tee train.log`, or write the command as a "
+            "list of words",
+        )
+
+    def job_warnings(self, job: Values, framework: str, checkpoint: CheckpointSpec) -> None:
+        if job["user"] == "root":
+            self.warn("the job runs as root; a dedicated user is safer", "job.user")
+        warning = autocheckpoint_warning(framework, autocheckpoint=checkpoint.autocheckpoint)  # type: ignore[arg-type]
+        if warning:
+            self.warn(warning, "checkpoint.autocheckpoint")
+        for key in job["env"]:
+            if _SECRET_NAME.search(key):
+                self.warn(
+                    f"{key} looks like a secret: its value goes into the startup script in the "
+                    "node metadata, which anyone with tpu.nodes.get can read; fetch it on the "
+                    "workers instead (e.g. from Secret Manager in job.setup)",
+                    f"job.env.{key}",
+                )
 
     def code(self, code: str) -> None:
         if "://" in code:

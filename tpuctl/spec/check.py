@@ -154,6 +154,16 @@ class Checker:
             return self.time(kind, value, path)
         if kind in ("str_list", "commands"):
             return self.strings(field, value, path)
+        if kind == "command":
+            if isinstance(value, str):
+                return value
+            if isinstance(value, list) and value:
+                return self.strings(field, value, path)
+            raise self.error(
+                f"expected a command line or a list of words, got {describe_value(value)}",
+                path,
+                'e.g. command: python3 train.py, or command: ["python3", "train.py"]',
+            )
         return self.string_map(field, value, path)
 
     def string(self, field: Field, value: object, path: str) -> str:

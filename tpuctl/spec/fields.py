@@ -12,10 +12,20 @@ from tpuctl.worker import ENV_NAME_PATTERN, RESERVED_LABELS, RUN_NAME_PATTERN
 
 # str: a string · int: an integer (never a bool) · bool · duration: "90s", "1h30m" or seconds
 # time_bound: a duration or an RFC 3339 time · str_list: list of strings
-# commands: one string or a list of strings · str_map: mapping of strings (numbers are
+# commands: one string or a list of strings (each a command) · command: one shell line, or a
+# list of strings (an argv) · str_map: mapping of strings (numbers are
 # stringified, bools are refused) · section: a nested mapping described by `children`
 Kind = Literal[
-    "str", "int", "bool", "duration", "time_bound", "str_list", "commands", "str_map", "section"
+    "str",
+    "int",
+    "bool",
+    "duration",
+    "time_bound",
+    "str_list",
+    "commands",
+    "command",
+    "str_map",
+    "section",
 ]
 
 # GCE resource names (node ids, network tags): lowercase, start with a letter, no trailing dash.
@@ -160,11 +170,9 @@ TPU_FIELDS = (
     Field(
         "metadata",
         "str_map",
-        "Extra node metadata; startup-script belongs to tpuctl.",
+        "Extra node metadata. A startup-script here replaces tpuctl's (a warning says what "
+        "that gives up); to run steps of your own before the job, use job.boot_script.",
         default={},
-        forbidden_keys=("startup-script",),
-        forbidden_hint="tpuctl renders the startup script; put the command in job.command and "
-        "set-up steps in job.setup",
         example={"my-key": "my-value"},
     ),
     Field("description", "str", "Free text description of the nodes."),
@@ -217,6 +225,22 @@ CHECKPOINT_FIELDS = (
         "Enable Cloud TPU Autocheckpoint: SIGTERM and up to 5 minutes to save before "
         "maintenance; the framework preset sets the matching training flags. Needs dir.",
         default=False,
+    ),
+    Field(
+        "continuous",
+        "bool",
+        "Save continuously (a new save as soon as the last one commits): MaxText's "
+        "enable_continuous_checkpointing; Orbax and custom jobs get "
+        "TPUCTL_CONTINUOUS_CHECKPOINTING=1. Needs dir.",
+        default=False,
+    ),
+    Field(
+        "keep",
+        "int",
+        "How many committed checkpoints to keep (MaxText's max_num_checkpoints_to_keep; "
+        "TPUCTL_CHECKPOINTS_TO_KEEP for Orbax and custom jobs).",
+        minimum=1,
+        example=3,
     ),
 )
 
@@ -271,10 +295,19 @@ JOB_FIELDS = (
     ),
     Field(
         "command",
-        "str",
-        "The training command, run on every worker as `user` in `workdir`.",
+        "command",
+        "The training command, run on every worker as `user` in `workdir`: one shell line, or "
+        "a list of words (an argv). The framework's flags go at its end, or where it says "
+        "{flags}; a pipeline or list (|, ;, &&, &, # comment) needs {flags} or the list form.",
         required=True,
         example="python3 train.py --steps 10000",
+    ),
+    Field(
+        "boot_script",
+        "str",
+        "Shell commands run as root on every boot before tpuctl's part (drivers, mounts, "
+        "your own startup steps); the job is not started when they fail.",
+        example="mount /dev/sdb /mnt/data",
     ),
     Field(
         "target_step",

@@ -55,6 +55,8 @@ class CapacitySpec:
 class CheckpointSpec:
     dir: str | None = None  # gs://bucket/path or a path on the worker
     autocheckpoint: bool = False
+    continuous: bool = False  # a new save as soon as the last one commits
+    keep: int | None = None  # committed checkpoints to keep (None: the framework's default)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class ParallelismSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
+    # The shell line (a list form is rendered word by word, quoted); `{flags}` marks where the
+    # framework's flags go (tpuctl.spec.command).
     command: str
     framework: Framework = "custom"
     run_name: str = ""  # defaults to the spec name at load time
@@ -78,6 +82,7 @@ class JobSpec:
     parallelism: ParallelismSpec | None = None
     # Done once a committed checkpoint at this step or later exists (needs checkpoint.dir).
     target_step: int | None = None
+    boot_script: str | None = None  # run as root on every boot before tpuctl's part
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,11 @@ class Spec:
     zone: str | None = None
     # Where the spec came from (a path, "<stdin>"), for messages; not rendered.
     source: str = "<spec>"
+
+    @property
+    def own_startup_script(self) -> bool:
+        """The spec brings its own startup script (tpu.metadata), which replaces tpuctl's."""
+        return "startup-script" in self.tpu.metadata
 
     @property
     def run_name(self) -> str:

@@ -34,6 +34,11 @@ def _field_schema(field: Field) -> dict[str, Any]:
         schema.update({"type": "array", "items": _string_schema(field)})
     elif field.kind == "commands":
         schema["anyOf"] = [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+    elif field.kind == "command":
+        schema["anyOf"] = [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        ]
     elif field.kind == "str_map":
         schema.update(_map_schema(field))
     else:
@@ -127,6 +132,7 @@ _KIND_NAMES: dict[str, str] = {
     "time_bound": "duration or RFC 3339 time",
     "str_list": "list of strings",
     "commands": "string or list of strings",
+    "command": "string (a shell line) or list of strings (an argv)",
     "str_map": "map of strings",
     "section": "mapping",
 }
