@@ -39,7 +39,11 @@ DEFAULT_CHECKPOINT_DIR = "~/checkpoints"
 # Set by tpuctl when it runs the startup script again in the same boot (not a new boot).
 STARTUP_RERUN_ENV = "TPUCTL_STARTUP_RERUN"
 
-STATUS_KEYS = ("state", "boot", "pid", "started", "exit_code", "heartbeat", "reason")
+STATUS_KEYS = ("state", "boot", "pid", "started", "exit_code", "heartbeat", "reason", "signalled")
+# Cloud TPU waits up to this long after the autocheckpoint SIGTERM before maintaining the VM; a
+# trainer's systemd unit gets it as its stop timeout.
+AUTOCHECKPOINT_GRACE_SECONDS = 300
+NOFILE_LIMIT = 1048576
 # The states the startup script writes, in the order a healthy boot goes through them.
 JOB_STATES = (
     "starting",

@@ -27,6 +27,9 @@ JOB_ENV=()
 STATE_ROOT='/var/lib/tpuctl'
 LOG_ROOT='/var/log/tpuctl'
 CODE_READY_MARKER='.tpuctl-uploaded'
+BOOT_SCRIPT=''
+GRACE_SECONDS=300
+NOFILE_LIMIT=1048576
 
 # The framework preset's flags, filled in once the checkpoint dir is resolved.
 preset_args() {
@@ -52,7 +55,7 @@ CHECKPOINT_ROOT=""
 # An Orbax step folder: `N` or `<prefix>_N` (a local save in progress is `N.orbax-checkpoint-tmp…`).
 STEP_NAME='^([^/]*_)?([0-9]+)$'
 BOOT_LOG=""
-STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON=""
+STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON="" SIGNALLED=0
 
 # To the guest agent's journal (stderr) and to this boot's log, which is what `tpuctl logs` reads.
 LOG_TO_STDERR=1
@@ -75,6 +78,7 @@ write_status() {
     printf 'exit_code=%s\n' "$EXIT_CODE"
     printf 'heartbeat=%s\n' "$(date +%s)"
     printf 'reason=%s\n' "${REASON//$'\n'/ }"
+    printf 'signalled=%s\n' "${SIGNALLED:-0}"
   } >"$tmp" && mv -f "$tmp" "$STATE_DIR/status"
 }
 
@@ -139,35 +143,75 @@ resolve_shared_path() {
   esac
 }
 
-# gcloud when the image has it, else gsutil (older images).
-gcs() {
-  if command -v gcloud >/dev/null; then
-    case $1 in
-      exists) gcloud storage ls -- "$2" >/dev/null 2>&1 ;;
-      list) gcloud storage ls -- "$2" 2>/dev/null ;;
-      write) gcloud storage cp - "$2" ;;
-    esac
-  else
-    case $1 in
-      exists) gsutil -q stat "$2" >/dev/null 2>&1 ;;
-      list) gsutil ls "$2" 2>/dev/null ;;
-      write) gsutil -q cp - "$2" ;;
-    esac
-  fi
+# Cloud Storage through gcloud when the image has it, else gsutil (older images). A lookup
+# answers 0 (found), 1 (not there) or 2 (it could not tell: no tool, permission, network),
+# with the reason in LOOKUP_ERROR: a failed check is never an answer.
+LOOKUP_ERROR=""
+gcs_tool() {
+  if command -v gcloud >/dev/null; then GCS=(gcloud storage); return 0; fi
+  if command -v gsutil >/dev/null; then GCS=(gsutil -q); return 0; fi
+  LOOKUP_ERROR="neither gcloud nor gsutil is installed to read $1"
+  return 2
 }
 
-# Only the marker says a job is done, never an exit code.
-done_marker_exists() {
+# What gcloud and gsutil say when there is simply nothing there.
+# shellcheck disable=SC2317 # called by gcs_lookup, itself called through with_retries
+absent() {
+  case $1 in
+    *"matched no objects"* | *"No URLs matched"* | *"NotFound"* | *"404"* | *"not found"*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+# shellcheck disable=SC2317 # called through with_retries
+gcs_lookup() { # exists|list URL → 0 found (list printed), 1 nothing there, 2 error
+  local out rc=0
+  gcs_tool "$2" || return 2
+  out=$("${GCS[@]}" ls -- "$2" 2>&1) || rc=$?
+  if ((rc == 0)); then
+    if [[ $1 == list ]]; then printf '%s\n' "$out"; fi
+    return 0
+  fi
+  if absent "$out"; then return 1; fi
+  LOOKUP_ERROR="cannot read $2: ${out//$'\n'/ }"
+  return 2
+}
+
+gcs_write() {
+  gcs_tool "$1" || return 2
+  if [[ ${GCS[0]} == gcloud ]]; then gcloud storage cp - "$1"; else gsutil -q cp - "$1"; fi
+}
+
+# A lookup that fails is tried again (a network blip); one that keeps failing is an error.
+with_retries() {
+  local attempt rc=0
+  for attempt in 1 2 3 4; do
+    rc=0
+    "$@" || rc=$?
+    ((rc == 2)) || return "$rc"
+    log "warning: $LOOKUP_ERROR (attempt $attempt)"
+    if ((attempt < 4)); then sleep $((attempt * ${TPUCTL_LOOKUP_RETRY_SECONDS:-2})); fi
+  done
+  return 2
+}
+
+# Only the marker says a job is done, never an exit code: 0 done, 1 not done, 2 cannot tell.
+# shellcheck disable=SC2317 # called through with_retries
+done_marker_lookup() {
   case $DONE_MARKER in
-    gs://*) gcs exists "$DONE_MARKER" ;;
+    gs://*) gcs_lookup exists "$DONE_MARKER" ;;
     *) [[ -e $DONE_MARKER ]] ;;
   esac
+}
+
+done_marker_exists() {
+  with_retries done_marker_lookup
 }
 
 write_done_marker() {
   local tmp text="$*"
   case $DONE_MARKER in
-    gs://*) printf '%s\n' "$text" | gcs write "$DONE_MARKER" ;;
+    gs://*) printf '%s\n' "$text" | gcs_write "$DONE_MARKER" ;;
     *)
       tmp="$DONE_MARKER.tmp.$BASHPID"
       mkdir -p -- "${DONE_MARKER%/*}" && printf '%s\n' "$text" >"$tmp" &&
@@ -180,10 +224,12 @@ write_done_marker() {
 # commit_success.txt (Orbax adds it last), on a disk any step folder (a save in progress has a
 # tmp name and is renamed when committed). Prints nothing when there is none.
 latest_committed_step() {
-  local best="" path step listing
+  local best="" path step listing rc=0
   case $CHECKPOINT_ROOT in
     gs://*)
-      listing=$(gcs list "$CHECKPOINT_ROOT/*/commit_success.txt") || listing=""
+      listing=$(with_retries gcs_lookup list "$CHECKPOINT_ROOT/*/commit_success.txt") || rc=$?
+      ((rc != 2)) || return 2
+      ((rc == 0)) || listing=""
       while IFS= read -r path; do
         path=${path%/commit_success.txt}
         [[ ${path##*/} =~ $STEP_NAME ]] || continue
@@ -231,6 +277,14 @@ ln -sfn "boot-$BOOT.log" "$LOG_DIR/current.log"
 write_status
 log "$RUN_KIND $BOOT of run $RUN_NAME (spec $SPEC_NAME," \
   "framework $FRAMEWORK, autocheckpoint $AUTOCHECKPOINT)"
+
+# 1b. The spec's own boot steps (job.boot_script), as root, before anything of tpuctl's.
+if [[ -n $BOOT_SCRIPT ]]; then
+  log "running job.boot_script"
+  rc=0
+  bash -c "$BOOT_SCRIPT" 9>&- >>"$BOOT_LOG" 2>&1 </dev/null || rc=$?
+  ((rc == 0)) || fail_setup "job.boot_script exited with $rc"
+fi
 
 # 2. The user, rebuilt on every boot: after a repair the disk is new.
 STATUS_STATE=setup
@@ -286,11 +340,15 @@ fi
 
 # 3. A finished run stays finished. Only the marker says so: MaxText exits 0 after an on-demand
 #    checkpoint and Pax exits 1, so an exit code means nothing.
-if done_marker_exists; then
+DONE_RC=0
+done_marker_exists || DONE_RC=$?
+if ((DONE_RC == 0)); then
   STATUS_STATE="done"
   write_status
   log "done marker $DONE_MARKER exists; not relaunching"
   exit 0
+elif ((DONE_RC == 2)); then
+  fail_setup "cannot tell whether the job is done, so it is not relaunched: $LOOKUP_ERROR"
 fi
 
 # 4. Who this worker is, from the metadata server.
@@ -323,6 +381,10 @@ if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
   COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
 fi
 log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
+# JAX's view of this host (and Pax's --host_idx/--num_hosts/--server_addr on Multislice).
+PROCESS_ID=$((WORKER_ID + SLICE_ID * WORKERS_PER_SLICE))
+NUM_PROCESSES=$((WORKERS_PER_SLICE * NUM_SLICES))
+COORDINATOR_ADDRESS="$COORDINATOR_HOST:8476"
 
 # SIGINT is ignored in background jobs of a script; give the job the default back when env can.
 ENV_RESET=()
@@ -333,9 +395,8 @@ JOB_ENVIRONMENT=(
   "TPUCTL_DONE_MARKER=$DONE_MARKER" "TPUCTL_BOOT=$BOOT" "TPUCTL_AUTOCHECKPOINT=$AUTOCHECKPOINT"
   "TPUCTL_WORKER_ID=$WORKER_ID" "TPUCTL_SLICE_ID=$SLICE_ID" "TPUCTL_NUM_SLICES=$NUM_SLICES"
   "TPUCTL_WORKERS_PER_SLICE=$WORKERS_PER_SLICE"
-  "TPUCTL_PROCESS_ID=$((WORKER_ID + SLICE_ID * WORKERS_PER_SLICE))"
-  "TPUCTL_NUM_PROCESSES=$((WORKERS_PER_SLICE * NUM_SLICES))"
-  "TPUCTL_COORDINATOR_ADDRESS=$COORDINATOR_HOST:8476"
+  "TPUCTL_PROCESS_ID=$PROCESS_ID" "TPUCTL_NUM_PROCESSES=$NUM_PROCESSES"
+  "TPUCTL_COORDINATOR_ADDRESS=$COORDINATOR_ADDRESS"
 )
 if [[ -n $TARGET_STEP ]]; then JOB_ENVIRONMENT+=("TPUCTL_TARGET_STEP=$TARGET_STEP"); fi
 if ((MULTISLICE)); then
@@ -400,35 +461,117 @@ if ((${#DEVICES[@]})) && command -v fuser >/dev/null; then
 fi
 rm -f -- "$VM_ROOT/tmp/libtpu_lockfile"
 
-# 8. Launch. The trainer gets its own session (so its whole process group can be signalled)
-#    and a supervisor that forwards SIGTERM/SIGINT, keeps the heartbeat and records the exit.
+# 8. Launch. The framework's flags go where the command says {flags}, else at its end; the
+#    line as launched is kept private (it may hold tokens). On a VM with systemd the trainer is
+#    a transient unit, so a graceful shutdown (spot soft-off, reboot, maintenance) stops it
+#    with SIGTERM while the network is still up and waits the grace for its save; elsewhere it
+#    gets its own session. A supervisor forwards SIGTERM/SIGINT, keeps the heartbeat and
+#    records the exit.
 preset_args
-if ((${#PRESET_ARGS[@]})); then JOB_COMMAND+=$(printf ' %q' "${PRESET_ARGS[@]}"); fi
-printf '%s' "$JOB_COMMAND" >"$STATE_DIR/command"
+FLAGS=""
+if ((${#PRESET_ARGS[@]})); then FLAGS=$(printf '%q ' "${PRESET_ARGS[@]}"); fi
+FLAGS=${FLAGS% }
+if [[ $JOB_COMMAND == *"{flags}"* ]]; then
+  JOB_COMMAND=${JOB_COMMAND//\{flags\}/$FLAGS}
+elif [[ -n $FLAGS ]]; then
+  JOB_COMMAND+=" $FLAGS"
+fi
+(umask 077 && printf '%s' "$JOB_COMMAND" >"$STATE_DIR/command")
+UNIT=""
+if [[ -d $VM_ROOT/run/systemd/system ]] && command -v systemd-run >/dev/null; then
+  UNIT="tpuctl-$RUN_NAME-boot$BOOT"
+fi
 trap - ERR
+
+# The trainer as a transient unit: KillMode=mixed (SIGTERM to the trainer, what is left is
+# killed after the stop timeout), the platform's grace as that timeout, ordered after the
+# network so it stops before the network does, and a high open-files limit.
+start_unit() {
+  local as=()
+  if ((${#AS_USER[@]})); then as=("--uid=$JOB_UID" "--gid=$JOB_GID"); fi
+  systemd-run --unit="$UNIT" --wait --collect --quiet --service-type=exec \
+    "--property=KillMode=mixed" "--property=TimeoutStopSec=$GRACE_SECONDS" \
+    "--property=After=network-online.target" "--property=Wants=network-online.target" \
+    "--property=LimitNOFILE=$NOFILE_LIMIT" \
+    "--property=StandardOutput=append:$BOOT_LOG" "--property=StandardError=append:$BOOT_LOG" \
+    "--working-directory=$WORKDIR" "${as[@]}" \
+    -- env "${ENV_RESET[@]}" "${JOB_ENVIRONMENT[@]}" bash -lc "$JOB_COMMAND"
+}
+
+# The unit's main pid once it has one (systemd's own session: it leads its process group).
+unit_pid() {
+  local tries pid=""
+  for ((tries = 0; tries < 200; tries++)); do
+    pid=$(systemctl show -p MainPID --value "$UNIT" 2>/dev/null) || pid=""
+    if [[ $pid =~ ^[1-9][0-9]*$ ]]; then
+      printf '%s' "$pid"
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+
+# The supervisor's view of the done marker after the trainer exited: done, not done, or (a
+# lookup that kept failing) unknown, said in the status rather than read as "not done".
+settle_done_state() {
+  local rc=0
+  done_marker_exists || rc=$?
+  case $rc in
+    0) STATUS_STATE="done" ;;
+    1) STATUS_STATE=exited ;;
+    *)
+      STATUS_STATE=exited
+      REASON="cannot tell whether the job is done: $LOOKUP_ERROR"
+      ;;
+  esac
+}
 
 supervise() {
   set +e
   LOG_TO_STDERR=0 # stderr is the boot log already
-  local supervisor=$BASHPID heartbeat_pid rc previous="" signalled=0
-  (
-    cd -- "$WORKDIR" &&
-      exec setsid "${AS_USER[@]}" env "${ENV_RESET[@]}" "${JOB_ENVIRONMENT[@]}" \
-        bash -c "$JOB_COMMAND"
-  ) </dev/null >>"$BOOT_LOG" 2>&1 &
-  TRAINER_PID=$!
+  local supervisor=$BASHPID heartbeat_pid rc previous="" launcher
+  SIGNALLED=0
+  if [[ -n $UNIT ]]; then
+    start_unit </dev/null >>"$BOOT_LOG" 2>&1 9>&- &
+    launcher=$!
+    TRAINER_PID=$(unit_pid) || TRAINER_PID=$launcher
+  else
+    (
+      cd -- "$WORKDIR" &&
+        exec setsid "${AS_USER[@]}" env "${ENV_RESET[@]}" "${JOB_ENVIRONMENT[@]}" \
+          bash -c "$JOB_COMMAND"
+    ) </dev/null >>"$BOOT_LOG" 2>&1 &
+    launcher=$!
+    TRAINER_PID=$launcher
+  fi
+  # shellcheck disable=SC2317 # called by forward
+  trainer_alive() { # running, not a zombie awaiting our wait
+    local stat
+    { stat=$(<"/proc/$TRAINER_PID/stat"); } 2>/dev/null || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+  }
   # shellcheck disable=SC2317 # called by the TERM and INT traps
   forward() {
     signalled=1
+    if ! trainer_alive; then
+      log "SIG$1 after the trainer had exited: nothing to forward"
+      return 0
+    fi
+    SIGNALLED=1
     REASON="forwarded SIG$1"
     log "forwarding SIG$1 to the trainer (process group $TRAINER_PID)"
+    if [[ -n $UNIT ]]; then
+      systemctl kill --signal="SIG$1" "$UNIT" 2>/dev/null && return 0
+    fi
     kill -s "$1" -- "-$TRAINER_PID" 2>/dev/null || kill -s "$1" "$TRAINER_PID" 2>/dev/null
   }
   trap 'forward TERM' TERM
   trap 'forward INT' INT
   # setsid makes the trainer lead its own process group in the child, a moment after the fork:
   # wait for that (2 s at most), so the pid in the status file names a group one can signal.
-  local tries stat pgrp=""
+  local tries stat pgrp="" signalled=0
   for ((tries = 0; tries < 200; tries++)); do
     { stat=$(<"/proc/$TRAINER_PID/stat"); } 2>/dev/null || break
     read -r _ _ pgrp _ <<<"${stat##*) }"
@@ -438,9 +581,9 @@ supervise() {
   STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   STATUS_STATE=running
   write_status
-  log "trainer started as pid $TRAINER_PID"
+  log "trainer started as pid $TRAINER_PID${UNIT:+ in unit $UNIT}"
   (
-    while kill -0 "$TRAINER_PID" 2>/dev/null && kill -0 "$supervisor" 2>/dev/null; do
+    while kill -0 "$launcher" 2>/dev/null && kill -0 "$supervisor" 2>/dev/null; do
       sleep "$HEARTBEAT_SECONDS"
       write_status
     done
@@ -451,7 +594,7 @@ supervise() {
   while :; do
     signalled=0
     rc=0
-    wait "$TRAINER_PID" || rc=$?
+    wait "$launcher" || rc=$?
     ((signalled)) || break
     previous=$rc
   done
@@ -461,10 +604,14 @@ supervise() {
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
   # With target_step, the checkpoints say whether the job has finished: record it for good.
-  if [[ -n $TARGET_STEP ]] && ! done_marker_exists; then
-    local latest
-    latest=$(latest_committed_step)
-    if [[ -n $latest ]] && ((latest >= TARGET_STEP)); then
+  local done_rc=0
+  done_marker_exists || done_rc=$?
+  if [[ -n $TARGET_STEP ]] && ((done_rc == 1)); then
+    local latest="" list_rc=0
+    latest=$(latest_committed_step) || list_rc=$?
+    if ((list_rc != 0)); then
+      log "warning: cannot list the committed checkpoints: $LOOKUP_ERROR"
+    elif [[ -n $latest ]] && ((latest >= TARGET_STEP)); then
       if write_done_marker "committed step $latest >= target_step $TARGET_STEP (exit $rc," \
         "boot $BOOT, slice $SLICE_ID worker $WORKER_ID)"; then
         log "committed step $latest reached target_step $TARGET_STEP: wrote $DONE_MARKER"
@@ -475,7 +622,7 @@ supervise() {
       log "latest committed step ${latest:-none} is below target_step $TARGET_STEP"
     fi
   fi
-  if done_marker_exists; then STATUS_STATE="done"; else STATUS_STATE=exited; fi
+  settle_done_state
   write_status
   log "trainer exited with $rc; state $STATUS_STATE"
 }

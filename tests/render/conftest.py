@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -176,3 +177,13 @@ def _job_spec(
 def job_spec() -> Callable[..., Spec]:
     """Build a spec with a job directly (no YAML), for startup-script tests."""
     return _job_spec
+
+
+def install_python_tools(bin_dir: Path, tools: dict[str, str]) -> Path:
+    """Write each tool (name → Python source) into `bin_dir` as an executable stand-in."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, body in tools.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!{sys.executable}\n{body}")
+        tool.chmod(0o755)
+    return bin_dir

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.render.conftest import install_python_tools
 from tpuctl.errors import SpecError
 from tpuctl.render.startup import render_startup_script
 from tpuctl.spec.model import Spec
@@ -25,10 +27,16 @@ with open(os.path.join(root, "calls"), "a") as calls:
 def local(url):
     assert url.startswith("gs://"), url
     return os.path.join(root, url[len("gs://"):])
+if os.environ.get("FAKE_GCS_DENY"):
+    print("ERROR: (gcloud.storage.ls) [svc@p.iam] does not have permission to access b "
+          "(AccessDeniedException: 403)", file=sys.stderr)
+    sys.exit(1)
 if args[:2] == ["storage", "ls"]:
     found = sorted(glob.glob(local(args[2])))
     for path in found:
         print("gs://" + os.path.relpath(path, root))
+    if not found:  # what gcloud says when there is simply nothing there
+        print("ERROR: (gcloud.storage.ls) One or more URLs matched no objects.", file=sys.stderr)
     sys.exit(0 if found else 1)
 if args[:3] == ["storage", "cp", "-"]:
     target = local(args[3])
@@ -57,11 +65,7 @@ def _make_steps(root: Path, *names: str, commit: bool = True) -> None:
 def fake_gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "gcs"
     root.mkdir()
-    bin_dir = tmp_path / "fake-bin"
-    bin_dir.mkdir()
-    gcloud = bin_dir / "gcloud"
-    gcloud.write_text(f"#!{sys.executable}\n{FAKE_GCLOUD}")
-    gcloud.chmod(0o755)
+    bin_dir = install_python_tools(tmp_path / "fake-bin", {"gcloud": FAKE_GCLOUD})
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_GCS_ROOT", str(root))
     return root
@@ -172,6 +176,49 @@ def test_gcs_target_step_below_does_not_mark(
     worker.run(render_startup_script(spec))
     assert worker.wait_for_state("exited")["exit_code"] == "0"
     assert not (fake_gcs / "bucket/runs/tpuctl/demo/DONE").exists()
+
+
+def test_a_done_marker_that_cannot_be_read_is_a_setup_failure_not_a_relaunch(
+    make_worker: Callable[..., Any],
+    job_spec: Callable[..., Any],
+    fake_gcs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = job_spec('echo ran >>"$HOME/runs"', checkpoint_dir="gs://bucket/runs")
+    worker = make_worker("demo")
+    monkeypatch.setenv("FAKE_GCS_DENY", "1")
+    monkeypatch.setenv("TPUCTL_LOOKUP_RETRY_SECONDS", "0")
+    result = worker.run(render_startup_script(spec))
+    status = worker.status()
+    assert status["state"] == "setup-failed", result.stderr
+    assert "cannot tell whether the job is done" in status["reason"]
+    assert "AccessDeniedException" in status["reason"]
+    assert not (worker.root / "home/tpuctl/runs").exists()  # the job was never launched
+    tries = (
+        (fake_gcs / "calls").read_text().count("storage ls -- gs://bucket/runs/tpuctl/demo/DONE")
+    )
+    assert tries == 4  # tried again before giving up
+
+
+def test_without_gcloud_or_gsutil_a_gs_marker_is_a_setup_failure(
+    make_worker: Callable[..., Any],
+    job_spec: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    for tool in ("bash", "curl", "flock", "date", "mkdir", "mv", "cat", "ln", "sleep", "id"):
+        found = shutil.which(tool)
+        if found:
+            (empty / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("TPUCTL_LOOKUP_RETRY_SECONDS", "0")
+    worker = make_worker("demo")
+    worker.run(render_startup_script(job_spec("true", checkpoint_dir="gs://bucket/runs")))
+    status = worker.status()
+    assert status["state"] == "setup-failed"
+    assert "neither gcloud nor gsutil is installed" in status["reason"]
 
 
 def test_target_step_without_a_checkpoint_dir_is_a_spec_error(

@@ -14,7 +14,14 @@ from importlib import resources
 
 from tpuctl import worker
 from tpuctl.errors import SpecError
-from tpuctl.render.frameworks import FlagValue, PresetFlag, preset_flags
+from tpuctl.spec.command import analyse
+from tpuctl.spec.frameworks import (
+    Checkpointing,
+    FlagValue,
+    PresetFlag,
+    checkpointing_environment,
+    preset_flags,
+)
 from tpuctl.spec.model import Spec
 
 TEMPLATE = "startup.sh"
@@ -22,7 +29,13 @@ VALUES_HEADER = "# --- values from the spec (each one shell-quoted) ---"
 VALUES_BEGIN = "# @values-begin"
 VALUES_END = "# @values-end"
 # Inside preset_args(), the values only the worker can resolve are bash variables.
-_FLAG_VARIABLES = {FlagValue.RUN_NAME: "RUN_NAME", FlagValue.CHECKPOINT_DIR: "CHECKPOINT_DIR"}
+_FLAG_VARIABLES = {
+    FlagValue.RUN_NAME: "RUN_NAME",
+    FlagValue.CHECKPOINT_DIR: "CHECKPOINT_DIR",
+    FlagValue.NUM_PROCESSES: "NUM_PROCESSES",
+    FlagValue.PROCESS_ID: "PROCESS_ID",
+    FlagValue.COORDINATOR: "COORDINATOR_ADDRESS",
+}
 # Which spec key each quoted value comes from, for errors.
 _SPEC_PATHS = {
     "SPEC_NAME": "name",
@@ -83,6 +96,7 @@ def render_values(spec: Spec) -> str:
         _check_no_nul(value, _SPEC_PATHS[name])
     for index, line in enumerate(job.setup):
         _check_no_nul(line, f"job.setup[{index}]")
+    _check_no_nul(job.boot_script or "", "job.boot_script")
     for key, value in job.env.items():
         if not worker.is_env_name(key):
             raise SpecError(
@@ -91,20 +105,23 @@ def render_values(spec: Spec) -> str:
                 hint="use letters, digits and _ and do not start with a digit",
             )
         _check_no_nul(value, f"job.env.{key}")
+    settings = checkpointing(spec)
+    flags = preset_flags(job.framework, settings, command_words=analyse(job.command).words)
+    environment = {**checkpointing_environment(settings), **job.env}
     lines = [f"{name}={quote(value)}" for name, value in values.items()]
     lines += [
         f"MULTISLICE={1 if spec.tpu.slices > 1 else 0}",
         f"AUTOCHECKPOINT={1 if spec.checkpoint.autocheckpoint else 0}",
         f"TARGET_STEP={'' if job.target_step is None else int(job.target_step)}",
         _bash_array("SETUP_COMMANDS", [quote(line) for line in job.setup]),
-        _bash_array("JOB_ENV", [quote(f"{key}={value}") for key, value in job.env.items()]),
+        _bash_array("JOB_ENV", [quote(f"{key}={value}") for key, value in environment.items()]),
         f"STATE_ROOT={quote(worker.STATE_ROOT)}",
         f"LOG_ROOT={quote(worker.LOG_ROOT)}",
         f"CODE_READY_MARKER={quote(worker.CODE_READY_MARKER)}",
+        f"BOOT_SCRIPT={quote(job.boot_script or '')}",
+        f"GRACE_SECONDS={worker.AUTOCHECKPOINT_GRACE_SECONDS}",
+        f"NOFILE_LIMIT={worker.NOFILE_LIMIT}",
     ]
-    flags = preset_flags(
-        job.framework, autocheckpoint=spec.checkpoint.autocheckpoint, command=job.command
-    )
     array = _bash_array("PRESET_ARGS", [_flag_word(flag) for flag in flags])
     lines += [
         "",
@@ -114,6 +131,13 @@ def render_values(spec: Spec) -> str:
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def checkpointing(spec: Spec) -> Checkpointing:
+    checkpoint = spec.checkpoint
+    return Checkpointing(
+        checkpoint.autocheckpoint, checkpoint.continuous, checkpoint.keep, spec.tpu.slices > 1
+    )
 
 
 def read_values(script: str) -> dict[str, str]:

@@ -7,6 +7,6 @@ gcloud alpha compute tpus queued-resources create emulator-demo \
     --node-prefix=emulator-demo \
     --spot \
     --valid-until-duration=30m \
-    --labels=managed-by=tpuctl,tpuctl-job=emulator-demo,tpuctl-spec-hash=0a6273442fe3,tpuctl-run=emulator-demo \
+    --labels=managed-by=tpuctl,tpuctl-job=emulator-demo,tpuctl-spec-hash=d8a3d7e905a5,tpuctl-run=emulator-demo \
     --metadata-from-file=startup-script=startup.sh \
     --autocheckpoint-enabled

@@ -7,5 +7,5 @@ gcloud alpha compute tpus queued-resources create jax-shardings-ms \
     --node-prefix=jax-shardings-ms \
     --best-effort \
     --valid-until-duration=3h \
-    --labels=managed-by=tpuctl,tpuctl-job=jax-shardings-ms,tpuctl-spec-hash=bfee778d0d29,tpuctl-run=jax-shardings-ms \
+    --labels=managed-by=tpuctl,tpuctl-job=jax-shardings-ms,tpuctl-spec-hash=e6dc860f823a,tpuctl-run=jax-shardings-ms \
     --metadata-from-file=startup-script=startup.sh

@@ -5,5 +5,5 @@ gcloud alpha compute tpus queued-resources create jax-shardings \
     --runtime-version=tpu-ubuntu2204-base \
     --node-id=jax-shardings \
     --valid-until-duration=2h \
-    --labels=managed-by=tpuctl,tpuctl-job=jax-shardings,tpuctl-spec-hash=46682578bc24,tpuctl-run=jax-shardings \
+    --labels=managed-by=tpuctl,tpuctl-job=jax-shardings,tpuctl-spec-hash=27c4e6201344,tpuctl-run=jax-shardings \
     --metadata-from-file=startup-script=startup.sh

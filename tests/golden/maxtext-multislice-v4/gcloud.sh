@@ -8,6 +8,6 @@ gcloud alpha compute tpus queued-resources create maxtext-v4-ms \
     --reserved \
     --reservation=projects/my-project/locations/us-central2-b/reservations/my-v4-reservation \
     --valid-until-duration=6h \
-    --labels=managed-by=tpuctl,tpuctl-job=maxtext-v4-ms,tpuctl-spec-hash=dc16a7e04894,tpuctl-run=llama2-7b-v4-ms \
+    --labels=managed-by=tpuctl,tpuctl-job=maxtext-v4-ms,tpuctl-spec-hash=41e4d8cdbc58,tpuctl-run=llama2-7b-v4-ms \
     --metadata-from-file=startup-script=startup.sh \
     --autocheckpoint-enabled

@@ -10,7 +10,7 @@ FRAMEWORK='maxtext'
 JOB_COMMAND='python3 MaxText/train.py MaxText/configs/base.yml model_name=llama2-7b per_device_batch_size=4 steps=20000 dataset_type=synthetic ici_fsdp_parallelism=64 dcn_data_parallelism=2 checkpoint_period=500'
 MULTISLICE=1
 AUTOCHECKPOINT=1
-TARGET_STEP=
+TARGET_STEP=19999
 SETUP_COMMANDS=(
   'test -d .git || git clone --depth 1 https://github.com/AI-Hypercomputer/maxtext.git .'
   'python3 -m pip install --user -q -r requirements.txt'
@@ -21,6 +21,9 @@ JOB_ENV=(
 STATE_ROOT='/var/lib/tpuctl'
 LOG_ROOT='/var/log/tpuctl'
 CODE_READY_MARKER='.tpuctl-uploaded'
+BOOT_SCRIPT=''
+GRACE_SECONDS=300
+NOFILE_LIMIT=1048576
 
 # The framework preset's flags, filled in once the checkpoint dir is resolved.
 preset_args() {

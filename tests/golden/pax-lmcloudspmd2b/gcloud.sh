@@ -5,6 +5,6 @@ gcloud alpha compute tpus queued-resources create pax-2b \
     --runtime-version=tpu-ubuntu2204-base \
     --node-id=pax-2b \
     --valid-until-duration=4h \
-    --labels=managed-by=tpuctl,tpuctl-job=pax-2b,tpuctl-spec-hash=7b13a45fa087,tpuctl-run=pax-2b \
+    --labels=managed-by=tpuctl,tpuctl-job=pax-2b,tpuctl-spec-hash=9237149e61be,tpuctl-run=pax-2b \
     --metadata-from-file=startup-script=startup.sh \
     --autocheckpoint-enabled

@@ -7,5 +7,5 @@ gcloud alpha compute tpus queued-resources create spot-v5e \
     --node-id=spot-v5e \
     --spot \
     --valid-until-duration=12h \
-    --labels=managed-by=tpuctl,tpuctl-job=spot-v5e,tpuctl-spec-hash=ee441a7e4d37,tpuctl-run=spot-v5e \
+    --labels=managed-by=tpuctl,tpuctl-job=spot-v5e,tpuctl-spec-hash=3cb5326dc087,tpuctl-run=spot-v5e \
     --metadata-from-file=startup-script=startup.sh

@@ -20,6 +20,9 @@ JOB_ENV=(
 STATE_ROOT='/var/lib/tpuctl'
 LOG_ROOT='/var/log/tpuctl'
 CODE_READY_MARKER='.tpuctl-uploaded'
+BOOT_SCRIPT=''
+GRACE_SECONDS=300
+NOFILE_LIMIT=1048576
 
 # The framework preset's flags, filled in once the checkpoint dir is resolved.
 preset_args() {

@@ -9,7 +9,7 @@ gcloud alpha compute tpus queued-resources create maxtext-v6e \
     --subnetwork=tpu-subnet-us-east5 \
     --internal-ips \
     --tags=tpu-training,allow-ssh-iap \
-    --labels=team=llm,cost-center=research,managed-by=tpuctl,tpuctl-job=maxtext-v6e,tpuctl-spec-hash=bfe2c55dcb6f,tpuctl-run=maxtext-v6e \
+    --labels=team=llm,cost-center=research,managed-by=tpuctl,tpuctl-job=maxtext-v6e,tpuctl-spec-hash=f1f26ceba9ca,tpuctl-run=maxtext-v6e \
     --service-account=tpu-trainer@my-project.iam.gserviceaccount.com \
     --scopes=https://www.googleapis.com/auth/cloud-platform \
     --metadata-from-file=startup-script=startup.sh \
