@@ -103,8 +103,8 @@ class FakeQr:
         self.state = GONE
         return DeleteResult(self.name, "deleted" if before != GONE else "missing", True, before)
 
-    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
-        return self.settled
+    def node_disruption(self, node_ids: Sequence[str]) -> str | None:
+        return None if self.settled else "node job is RESTARTING"
 
     def simulate_maintenance(self, node_id: str, worker: int) -> None:
         self.maintenances.append((node_id, worker))
@@ -123,6 +123,7 @@ class Status:
     pid: int | None = None
     exit_code: int | None = None
     reachable: bool = True
+    signalled: bool = False
 
 
 class FakeJobs:
@@ -134,18 +135,20 @@ class FakeJobs:
         self.restarted = 0
         self.step = 0  # the step the log shows, when `logs` has nothing for the boot
         self.logs: dict[int, str] = {}  # boot → the log's text
+        self.marked_done: str | None = None
         self._pids = 100
 
     def _run(self, *, new_boot: bool = False) -> None:
         for status in self.workers.values():
             self._pids += 1
             status.state, status.pid, status.exit_code = "running", self._pids, None
+            status.signalled = False
             if new_boot:
                 status.boot = (status.boot or 0) + 1
 
-    def set(self, state: str, exit_code: int | None = None) -> None:
+    def set(self, state: str, exit_code: int | None = None, *, signalled: bool = False) -> None:
         for status in self.workers.values():
-            status.state, status.exit_code = state, exit_code
+            status.state, status.exit_code, status.signalled = state, exit_code, signalled
 
     def reboot(self) -> None:
         """Maintenance or a reset: the startup script relaunches the job in a new boot."""
@@ -164,6 +167,10 @@ class FakeJobs:
         self._run()
         return _ok(fleet)
 
+    def mark_done(self, fleet: Fleet, spec: Spec, reason: str) -> FanoutResult:
+        self.marked_done = reason
+        return _ok(fleet)
+
     def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
         current = self.workers[target.label].boot or 1
         text = self.logs.get(boot if boot is not None else current)
@@ -180,9 +187,17 @@ def _ok(fleet: Fleet) -> FanoutResult:
 class FakeRecord:
     done: bool = False
     steps: list[int] = field(default_factory=list)
+    shared: bool = True  # the spec has a checkpoint.dir to write the marker in
+    reason: str | None = None
+    location: str = "gs://bucket/ckpt/job"
 
     def is_done(self) -> bool:
         return self.done
+
+    def write_done(self, reason: str) -> bool:
+        if self.shared:
+            self.done, self.reason = True, reason
+        return self.shared
 
     def latest_checkpoint(self) -> tuple[int, datetime | None] | None:
         return (max(self.steps), T0) if self.steps else None

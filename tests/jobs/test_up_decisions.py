@@ -13,7 +13,7 @@ from tpuctl.errors import CommandFailedError, ExitCode, PreemptedError, QueuedRe
 from tpuctl.jobs.up import Babysitter, UpOptions, UpResult
 from tpuctl.spec.model import Spec
 
-FAST = UpOptions(poll=1.0, job_check_every=2.0, failure_confirm=3.0)
+FAST = UpOptions(poll=1.0, job_check_every=2.0, settle=10.0)
 
 
 @dataclass

@@ -97,11 +97,15 @@ def _stamped(app: AppContext) -> Callable[[Any], None]:
     help="Seconds between per-worker job status checks over SSH.",
 )
 @click.option(
+    "--settle",
     "--failure-confirm",
+    "settle",
     type=DURATION,
-    default=10.0,
+    default=120.0,
     show_default=True,
-    help="How long every worker must stay exited before it counts as a job failure.",
+    help="After every worker ended the job, how long the nodes must stay undisturbed (no "
+    "reboot, maintenance or repair) before it counts as done (every worker exited 0) or as a "
+    "failure: long enough for an autocheckpoint reboot to show.",
 )
 @click.option(
     "--queue-timeout",
@@ -155,13 +159,17 @@ def up(
     deadline, 6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 130 interrupted.
     """
     from tpuctl.jobs.adapters import ApiQueuedResource
+    from tpuctl.jobs.provision import placement_warnings
     from tpuctl.jobs.up import Babysitter, up_options
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides)
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
-    api = connect_api(resolve_location_for(project, zone, spec), impersonate)
+    location = resolve_location_for(project, zone, spec)
+    for warning in placement_warnings(spec, location.zone):
+        app.warn(warning)
+    api = connect_api(location, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
     resume = shlex.join(["tpuctl", "up", spec_path, *(f"--set={o}" for o in overrides)])
     options = up_options(spec, resume_hint=resume, **tuning)

@@ -83,15 +83,35 @@ def host_keys(api: TpuApi, node_ids: Sequence[str]) -> dict[tuple[str, int], lis
     return keys
 
 
-def nodes_settled(api: TpuApi, node_ids: Sequence[str]) -> bool:
-    """Every node READY and not under maintenance: a reboot in progress is not a job failure."""
+def node_disruption(api: TpuApi, node_ids: Sequence[str]) -> str | None:
+    """Why the nodes are not settled, or None: a node missing, not READY (restarting,
+    repairing, preempted…), unhealthy for maintenance, or with maintenance announced. An exit
+    the job made then is part of a disruption (resume), not the job's own ending."""
     for node_id in dict.fromkeys(node_ids):
         node = api.get_node(api.location.node_name(node_id))
-        if node is None or enum_name(node.state) != "READY":
-            return False
+        if node is None:
+            return f"node {node_id} is gone"
+        state = enum_name(node.state)
+        if state != "READY":
+            return f"node {node_id} is {state or 'in an unknown state'}"
         if enum_name(node.health) == "UNHEALTHY_MAINTENANCE":
-            return False
-    return True
+            return f"node {node_id} is under maintenance"
+        if _maintenance_announced(node):
+            return f"node {node_id} has maintenance announced"
+    return None
+
+
+def _maintenance_announced(node: Any) -> bool:
+    upcoming = getattr(node, "upcoming_maintenance", None)
+    if not upcoming:
+        return False
+    message = type(upcoming).pb(upcoming)
+    return bool(message.ByteSize())
+
+
+def nodes_settled(api: TpuApi, node_ids: Sequence[str]) -> bool:
+    """Every node READY, healthy and with no maintenance announced."""
+    return node_disruption(api, node_ids) is None
 
 
 def simulate_maintenance(api: TpuApi, node_name: str, worker: int) -> None:

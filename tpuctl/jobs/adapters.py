@@ -54,8 +54,8 @@ class QueuedResourceOps(Protocol):
         """Delete it with its nodes and wait until it is gone (gone already is fine)."""
         ...
 
-    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
-        """Every node READY and not under maintenance."""
+    def node_disruption(self, node_ids: Sequence[str]) -> str | None:
+        """Why the nodes are not settled (restarting, maintenance announced…), or None."""
         ...
 
     def simulate_maintenance(self, node_id: str, worker: int) -> None: ...
@@ -106,10 +106,10 @@ class ApiQueuedResource:
             self.api, self.name, force=True, wait_until_gone=True, ignore_missing=True
         )
 
-    def nodes_settled(self, node_ids: Sequence[str]) -> bool:
-        from tpuctl.cloud.nodes import nodes_settled
+    def node_disruption(self, node_ids: Sequence[str]) -> str | None:
+        from tpuctl.cloud.nodes import node_disruption
 
-        return nodes_settled(self.api, node_ids)
+        return node_disruption(self.api, node_ids)
 
     def simulate_maintenance(self, node_id: str, worker: int) -> None:
         from tpuctl.cloud.nodes import simulate_maintenance
@@ -143,6 +143,11 @@ class WorkerStatus(Protocol):
     @property
     def reachable(self) -> bool: ...
 
+    @property
+    def signalled(self) -> bool:
+        """The supervisor itself forwarded a SIGTERM/SIGINT (a graceful shutdown)."""
+        ...
+
 
 class JobOps(Protocol):
     """The worker-side operations the babysitter and the drill need."""
@@ -153,6 +158,10 @@ class JobOps(Protocol):
 
     def restart_job(self, fleet: Fleet, spec: Spec) -> FanoutResult: ...
 
+    def mark_done(self, fleet: Fleet, spec: Spec, reason: str) -> FanoutResult:
+        """Write the done marker on every worker's disk (a spec without checkpoint.dir)."""
+        ...
+
     def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
         """Worker `target`'s job log (`current.log`, or `boot-<boot>.log`); "" when absent."""
         ...
@@ -161,7 +170,17 @@ class JobOps(Protocol):
 class JobRecord(Protocol):
     """The job's shared storage: the done marker and the checkpoint directory."""
 
+    @property
+    def location(self) -> str:
+        """Where the checkpoints are looked for ("" when the spec has no checkpoint.dir)."""
+        ...
+
     def is_done(self) -> bool: ...
+
+    def write_done(self, reason: str) -> bool:
+        """Write the done marker beside the checkpoints; False when the spec has no
+        checkpoint.dir (the marker then lives on the workers' disks: JobOps.mark_done)."""
+        ...
 
     def latest_checkpoint(self) -> tuple[int, datetime | None] | None:
         """(step, committed_at) of the latest complete checkpoint, or None."""
@@ -192,6 +211,11 @@ class FanoutJobOps:
 
         return control.restart_job(fleet, spec)
 
+    def mark_done(self, fleet: Fleet, spec: Spec, reason: str) -> FanoutResult:
+        from tpuctl.jobs import control
+
+        return control.mark_done(fleet, spec, reason)
+
     def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
         from tpuctl.fanout.engine import run_fanout
         from tpuctl.jobs.scripts import read_log_script
@@ -210,10 +234,21 @@ class StorageJobRecord:
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
 
+    @property
+    def location(self) -> str:
+        from tpuctl.worker import checkpoint_root
+
+        return checkpoint_root(self.spec) or ""
+
     def is_done(self) -> bool:
         from tpuctl.storage.checkpoints import is_done
 
         return is_done(self.spec)
+
+    def write_done(self, reason: str) -> bool:
+        from tpuctl.storage.checkpoints import write_done
+
+        return write_done(self.spec, reason)
 
     def _report(self) -> CheckpointReport | None:
         from tpuctl.storage.checkpoints import inspect_checkpoints

@@ -24,6 +24,7 @@ from tpuctl.jobs.scripts import (
     LOCK_WAIT_SECONDS,
     check_run_name,
     deliver_script,
+    mark_done_script,
     probe_script,
     restart_script,
     stop_script,
@@ -66,6 +67,9 @@ class WorkerJobStatus:
     reachable: bool
     trainer_alive: bool = False
     error: str | None = None
+    # The supervisor itself forwarded a SIGTERM/SIGINT to the trainer: a graceful shutdown of
+    # the VM (spot soft-off, reboot), so an exit that follows is saved-and-stopped, not done.
+    signalled: bool = False
 
     @property
     def label(self) -> str:
@@ -223,6 +227,7 @@ def parse_probe(worker: WorkerResult) -> WorkerJobStatus:
         reason=status["reason"] or None,
         reachable=True,
         trainer_alive=values.get("alive") == "1",
+        signalled=status["signalled"] == "1",
     )
 
 
@@ -249,6 +254,20 @@ def resolve_run_name(api: TpuApi, name: str, spec: Spec | None) -> str:
             hint="pass the spec file instead of the name",
         )
     return check_run_name(found)
+
+
+def mark_done(fleet: Fleet, spec: Spec, reason: str) -> FanoutResult:
+    """Write the done marker (with why) on every worker's disk, for a spec without
+    checkpoint.dir; the startup script then never relaunches the job there."""
+    run_name = check_run_name(spec.run_name)
+    result = run_fanout(
+        fleet.targets,
+        mark_done_script(run_name),
+        fleet.connect,
+        fleet.options(stdin=reason.encode()),
+    )
+    result.operation, result.run = "mark-done", run_name
+    return result
 
 
 # ------------------------------------------------------------------------------ stop/restart

@@ -22,16 +22,22 @@ if TYPE_CHECKING:
     from tpuctl.jobs.up import Babysitter
 
 
+# How often the job is read while an ending settles (the settle period itself is UpOptions').
+SETTLE_POLL = 5.0
+
+
 class JobDone(Exception):
     """The job has finished for good (the babysitter then deletes the queued resource)."""
 
 
 @dataclass
 class _Ended:
-    """Every worker has ended the job, as first seen at `since` (monotonic)."""
+    """Every worker has ended the job, as first seen at `since` (monotonic, restarted while a
+    disruption shows), and the disruption seen meanwhile, if any."""
 
-    key: tuple[tuple[str, int | None, int | None, str], ...]
+    key: tuple[tuple[str, int | None, int | None, str, int | None], ...]
     since: float
+    disruption: str | None = None
 
 
 class JobWatch:
@@ -195,24 +201,55 @@ class JobWatch:
         self.boots = boots
 
     def _ended(self, statuses: Sequence[WorkerStatus], now: float) -> None:
+        """Every worker ended the job. What that means is decided only after the settle period
+        with nothing disrupting the nodes: an exit followed by a reboot or maintenance is a
+        disruption (the job resumes), whatever its code; every worker exiting 0 in the same boot
+        is done; anything else is a failure."""
         owner = self.owner
-        confirm = owner.options.failure_confirm
-        key = tuple((s.label, s.boot, s.pid, s.state) for s in statuses)
+        settle = owner.options.settle
+        key = tuple((s.label, s.boot, s.pid, s.state, s.exit_code) for s in statuses)
         if self.ended is None or key != self.ended.key:
             self.ended = _Ended(key, now)
-            self.next_check = now + min(confirm, 1.0)
-            return
-        if now - self.ended.since < confirm:
-            self.next_check = now + min(confirm, 1.0)
+            self.next_check = now + min(settle, 1.0)
             return
         if owner.record.is_done():
             owner.emit("job.done", f"{owner.name}: the done marker appeared")
             raise JobDone
-        node_ids = [target.node_id for target in owner.fleet.targets]
-        if not owner.qr.nodes_settled(node_ids):
-            self.ended.since = now  # under maintenance or repair: not the job's fault
+        disruption = owner.qr.node_disruption([target.node_id for target in owner.fleet.targets])
+        if disruption is not None:
+            if disruption != self.ended.disruption:
+                owner.emit(
+                    "job.disrupted",
+                    f"{owner.name}: the job exited and {disruption}: a disruption, not the job's "
+                    "end (it resumes when the workers are back)",
+                    disruption=disruption,
+                    exit_codes=sorted({s.exit_code for s in statuses if s.exit_code is not None}),
+                )
+            self.ended.disruption = disruption
+            self.ended.since = now  # the settle period starts again once it is over
+            self.next_check = now + 1.0
             return
+        waited = now - self.ended.since
+        if waited < settle:
+            self.next_check = now + min(settle - waited, SETTLE_POLL)
+            return
+        if all(_finished(s) for s in statuses):
+            self._done(statuses)
         self._failed(statuses)
+
+    def _done(self, statuses: Sequence[WorkerStatus]) -> None:
+        """Every worker exited 0 in one boot and the settle period saw no disruption: done,
+        written down so that no boot relaunches it."""
+        owner = self.owner
+        boots = sorted({s.boot for s in statuses if s.boot is not None})
+        reason = (
+            f"every worker of every slice exited 0 in boot {','.join(map(str, boots))} and "
+            f"nothing disrupted the nodes in the {owner.options.settle:g} s after the last exit"
+        )
+        if not owner.record.write_done(reason):
+            owner.jobs.mark_done(owner.fleet, owner.spec, reason)
+        owner.emit("job.done", f"{owner.name}: done: {reason}", reason=reason, boots=boots)
+        raise JobDone
 
     def _failed(self, statuses: Sequence[WorkerStatus]) -> None:
         owner = self.owner
@@ -225,8 +262,8 @@ class JobWatch:
         codes = sorted({s.exit_code for s in statuses if s.exit_code is not None})
         owner.emit(
             "job.failed",
-            f"{owner.name}: the job exited on every worker without the done marker "
-            f"(exit codes {codes or '?'}; latest checkpoint {latest}); failure {count}, "
+            f"{owner.name}: the job ended on every worker without being done "
+            f"({_why_failed(statuses)}; latest checkpoint {latest}); failure {count}, "
             f"budget {max_failures}",
             count=count,
             budget=max_failures,
@@ -309,6 +346,27 @@ class JobWatch:
             )
         except TpuctlError:
             return LogFacts()
+
+
+def _finished(status: WorkerStatus) -> bool:
+    """This worker's part ended well: exit 0 (or its own done marker) and no SIGTERM."""
+    ended_well = status.state == "done" or (status.state == "exited" and status.exit_code == 0)
+    return ended_well and not status.signalled
+
+
+def _why_failed(statuses: Sequence[WorkerStatus]) -> str:
+    """The workers' endings in a few words: exit codes, setup failures, SIGTERMs."""
+    parts = []
+    failed = [s.label for s in statuses if s.state == "setup-failed"]
+    if failed:
+        parts.append(f"setup failed on {', '.join(failed)}")
+    codes = sorted({s.exit_code for s in statuses if s.exit_code not in (None, 0)})
+    if codes:
+        parts.append(f"exit codes {', '.join(map(str, codes))}")
+    signalled = [s.label for s in statuses if s.signalled]
+    if signalled:
+        parts.append(f"stopped by a SIGTERM on {', '.join(signalled)} and no reboot followed")
+    return "; ".join(parts) or "every worker exited"
 
 
 def _boots_of(statuses: Sequence[WorkerStatus]) -> dict[str, int | None]:

@@ -252,3 +252,14 @@ def read_log_script(run_name: str, boot: int | None, lines: int = 400) -> str:
         f'if [ $(wc -l <"$f") -le {2 * lines} ]; then cat "$f"; '
         f'else head -n {lines} "$f"; tail -n {lines} "$f"; fi'
     )
+
+
+def mark_done_script(run_name: str) -> str:
+    """Write the run's done marker on this worker (as root: the state dir is root's), its text
+    read from stdin."""
+    return (
+        _AS_ROOT
+        + f"d={_state_dir(run_name)}\n"
+        + 'as_root mkdir -p -- "$d" && as_root sh -c \'cat >"$1/DONE.tmp" && '
+        'mv -f -- "$1/DONE.tmp" "$1/DONE"\' tpuctl-done "$d" && echo "done marked"\n'
+    )

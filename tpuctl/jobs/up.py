@@ -7,15 +7,18 @@ Decisions, in the order they are checked on every poll:
 * the QR SUSPENDED (spot preemption), or FAILED after it was ACTIVE → delete it (force) and
   create it again from the same spec (same run name, so the job resumes), wait, deliver and
   start; counts against `recovery.max_preemptions` (exhausted → PreemptedError, exit 7);
-* the job side (tpuctl.jobs.job_watch): the job exited on every worker without the done marker
-  while every node is READY and not under maintenance, for `failure_confirm` seconds → restart
-  it, counting against `recovery.max_failures` (exhausted → exit 3); a maintenance event or a
-  reset is not a failure (the boot count goes up and the startup script relaunches the job);
-  a crash loop (no new checkpoint across the last `crashloop_restarts` restarts) → exit 3.
+* the job side (tpuctl.jobs.job_watch), once every worker has ended the job: an exit followed
+  by a reboot, maintenance or repair is a disruption (the job resumes), whatever its code; with
+  nothing disturbing the nodes for `settle` seconds, every worker having exited 0 in the same
+  boot (and none stopped by a SIGTERM its supervisor forwarded) is done (the marker is written
+  for it), anything else a failure: the job is restarted, counting against
+  `recovery.max_failures` (exhausted → exit 3); a crash loop (no new checkpoint across the last
+  `crashloop_restarts` restarts) → exit 3.
 
-Budgets count within one `Babysitter.run()`; the journal keeps the history across runs.
-Nothing here prints, sleeps on its own or exits: every dependency (API, fleet, job operations,
-storage, journal, clock) is injected, and every decision goes to `on_event` and the journal.
+Whenever it gives up (a budget, a crash loop, FAILED) the QR is deleted unless `keep`. Budgets
+count within one `Babysitter.run()`; the journal keeps the history across runs. Nothing here
+prints, sleeps on its own or exits: every dependency (the QR, the fleet, job operations, storage,
+journal, clock) is injected, and every decision goes to `on_event` and the journal.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tpuctl.clock import Clock
 from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
 from tpuctl.envelope import Result
 from tpuctl.errors import (
+    DeadlineError,
     Interrupted,
     NotFoundError,
     PreemptedError,
@@ -66,7 +70,9 @@ class UpOptions:
     keep: bool = False
     poll: float | None = None  # steady ACTIVE poll spacing; None: the watcher's (6 s + jitter)
     job_check_every: float = 20.0  # per-worker job status over SSH
-    failure_confirm: float = 10.0  # every worker exited for this long (same boots) = a failure
+    # After every worker ended the job, how long the nodes must stay undisturbed before it
+    # counts as done (all exited 0) or failed: long enough for an autocheckpoint reboot to show.
+    settle: float = 120.0
     crashloop_restarts: int = 2
     queue_timeout: float | None = None
     provision_timeout: float | None = None
@@ -193,12 +199,39 @@ class Babysitter:
             self._exit(error)
             raise error from (interrupted if isinstance(interrupted, Interrupted) else None)
         except TpuctlError as error:
+            self._give_up(error)
             self._exit(error)
             raise
         self.result.outcome = "done"
         self.result.finished_at = self.clock.now()
         self.emit("up.exit", f"{self.name}: done", exit_code=0, outcome="done")
         return self.result
+
+    def _give_up(self, error: TpuctlError) -> None:
+        """Whatever made `up` give up (a budget, a crash loop, FAILED), the queued resource is
+        not left billing: deleted unless --keep, and said so. (A FAILED one can still hold
+        ACTIVE slices. Deadlines are handled by the wait, Ctrl-C leaves it on purpose.)"""
+        if self.state == GONE or isinstance(error, DeadlineError):
+            return
+        if self.options.keep:
+            command = self.qr.delete_command()
+            self.emit("qr.kept", f"kept {self.name} (--keep); delete it with: {command}")
+            error.details["deleted"] = False
+            return
+        try:
+            self.qr.delete()
+        except TpuctlError as failure:
+            command = self.qr.delete_command()
+            self.emit(
+                "qr.delete_failed",
+                f"could not delete {self.name} after giving up ({failure.message}); delete it "
+                f"with: {command}",
+            )
+            error.details["deleted"] = False
+            return
+        self.state = GONE
+        self.emit("qr.deleted", f"deleted {self.name}: gave up ({error.kind})", reason="gave up")
+        error.details["deleted"] = True
 
     def _exit(self, error: TpuctlError) -> None:
         self.emit(

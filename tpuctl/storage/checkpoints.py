@@ -284,3 +284,12 @@ def is_done(spec: Spec) -> bool:
         return open_location(record).stat(DONE_FILE) is not None
     except NotFoundError:  # a missing bucket: nothing was ever finished there
         return False
+
+
+def write_done(spec: Spec, reason: str) -> bool:
+    """Write the done marker with `reason`; False (nothing written) without checkpoint.dir."""
+    record = record_dir(spec)
+    if record is None:
+        return False
+    open_location(record).write_text(DONE_FILE, reason.rstrip("\n") + "\n")
+    return True
