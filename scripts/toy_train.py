@@ -17,6 +17,9 @@ behaves like a JAX program with an Orbax CheckpointManager and autocheckpoint on
   real multi-host Orbax save writes its shards from every host and the primary commits; here
   the other processes only read when they resume. Local paths only: gs:// would need a client
   library, which this stdlib-only toy does not have.
+* While it trains it holds the VM's TPU chips open (`/dev/accel*`, under TPUCTL_VM_ROOT on the
+  emulator), as libtpu does, so the platform's autocheckpoint SIGTERM, which goes to the
+  processes using the TPU, reaches it.
 * SIGTERM or SIGINT: finish the current step, save at that step, log `autocheckpoint at step
   N` and exit 0 (what MaxText does after an on-demand save). There is no cross-host agreement
   on the step (JAX's distributed runtime provides that), so each process stops on its own.
@@ -25,7 +28,8 @@ behaves like a JAX program with an Orbax CheckpointManager and autocheckpoint on
 
 Log lines (stdout, flushed): `starting fresh` or `resumed from step N`, one
 `step N/TOTAL loss=… state=<12 hex>` per step (no timestamps: the same in every run),
-`checkpoint saved at step N`, `autocheckpoint at step N`, `finished at step N`.
+`checkpoint saved at step N`, `autocheckpoint at step N`, `finished at step N`. With
+`--quiet` it prints nothing at all, like a trainer that follows no log conventions.
 """
 
 from __future__ import annotations
@@ -60,9 +64,38 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+class Output:
+    """--quiet: print nothing at all, like a trainer with no log conventions."""
+
+    quiet = False
+
+
 def log(message: str) -> None:
+    if Output.quiet:
+        return
     sys.stdout.write(message + "\n")
     sys.stdout.flush()
+
+
+def note(message: str) -> None:
+    """A diagnostic line on stderr (timings, signals); silent under --quiet as well."""
+    if not Output.quiet:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+def hold_devices() -> list[int]:
+    """Open the VM's TPU chips (/dev/accel*, under TPUCTL_VM_ROOT on the emulator) and keep
+    them open, as a TPU program does: the platform's autocheckpoint SIGTERM goes to the
+    processes holding them. A device that cannot be opened is skipped."""
+    root = os.environ.get("TPUCTL_VM_ROOT", "")
+    held = []
+    for path in sorted(Path(f"{root}/dev").glob("accel*")):
+        try:
+            held.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        except OSError:
+            continue
+    return held
 
 
 # ------------------------------------------------------------------------------ identity
@@ -347,8 +380,7 @@ class StopRequest:
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.signal is None:
             self.signal = signum
-            sys.stderr.write(f"received {signal.Signals(signum).name}; saving after this step\n")
-            sys.stderr.flush()
+            note(f"received {signal.Signals(signum).name}; saving after this step")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -366,6 +398,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dataset-size", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--quiet", action="store_true", help="print nothing (no step, checkpoint or done lines)"
+    )
     parser.add_argument("--fail-at-step", type=int, metavar="K", help="exit 1 at step K, always")
     parser.add_argument(
         "--fail-once-at-step", type=int, metavar="K", help="exit 1 at step K the first time only"
@@ -398,6 +433,7 @@ def should_fail(args: argparse.Namespace, directory: Path, step: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    Output.quiet = args.quiet
     stop = StopRequest()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -424,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             finish(directory, state, config, args.done_marker)
         return 0
     dataset = make_dataset(config)
+    devices = hold_devices()  # held until exit, like libtpu
     while state.step < args.steps:
         if stop.signal is not None:
             if identity.primary:
@@ -438,16 +475,18 @@ def main(argv: list[str] | None = None) -> int:
         loss = train_step(state, config, dataset, step)
         time.sleep(args.step_seconds)  # resumed after a signal handler runs (PEP 475)
         log(f"step {step}/{args.steps} loss={loss:.6f} state={state.digest[:12]}")
-        sys.stderr.write(f"step-time {step} {time.monotonic() - started:.3f}s\n")
+        note(f"step-time {step} {time.monotonic() - started:.3f}s")
         if step % args.checkpoint_every == 0 and identity.primary:
             save_started = time.monotonic()
             if save_checkpoint(directory, state, config, args.keep):
                 log(f"checkpoint saved at step {step}")
-                sys.stderr.write(f"save-time {step} {time.monotonic() - save_started:.3f}s\n")
+                note(f"save-time {step} {time.monotonic() - save_started:.3f}s")
     if identity.primary:
         save_checkpoint(directory, state, config, args.keep)
         finish(directory, state, config, args.done_marker)
     log(f"finished at step {state.step}")
+    for fd in devices:
+        os.close(fd)
     return 0
 
 

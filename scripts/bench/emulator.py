@@ -11,9 +11,10 @@ Times come from the emulator's event log (its own wall clock, in milliseconds) u
   windows  valid_after_duration and valid_until_duration of WINDOW emulated seconds: CREATING →
            chips allocated, and CREATING → FAILED, against the window divided by --speed.
            Target: never early (ratio ≥ 1), at most 0.5 s late.
-  grace    simulated maintenance of a VM running a process that ignores SIGTERM, with and
-           without autocheckpoint: maintenance.stop → the reboot's node.boot, against the grace
-           (autocheckpoint only) plus the reboot delay, divided by --speed.
+  grace    simulated maintenance of a VM running a TPU-holding process that ignores SIGTERM,
+           with and without autocheckpoint: maintenance.stop → the reboot's node.boot, against
+           the grace and the graceful-shutdown timeout (autocheckpoint only) plus the reboot
+           delay, divided by --speed.
            Target: never early, at most 1 s late.
   follow   `tpuctl emulator events --follow`: an admin call → its line on the follower's
            stdout (this process's monotonic clock), against the 10 s long-poll a missed
@@ -55,11 +56,13 @@ GRACE_LATE = 1.0
 FOLLOW_TARGET = 1.0
 RESOLUTION = 0.002  # event timestamps are whole milliseconds: "early" by less is rounding
 
-# Started by the startup script: ignores SIGTERM, so a stop with a grace lasts the whole grace.
+# Started by the startup script: holds the TPU like a program and ignores SIGTERM, so a stop
+# with a grace lasts the whole grace, and then the whole graceful-shutdown timeout.
 STUBBORN = """#!/bin/bash
-nohup setsid bash -c 'trap "" TERM; touch {ready}; while true; do sleep 0.1; done' \
-  >/dev/null 2>&1 &
+nohup setsid bash -c 'exec 3<"$TPUCTL_VM_ROOT/dev/accel0"; trap "" TERM; touch {ready}
+while true; do sleep 0.1; done' >/dev/null 2>&1 &
 """
+SHUTDOWN = 90.0  # emulated seconds a graceful shutdown waits (EmulatorConfig.shutdown)
 
 
 def parse_time(text: str) -> datetime:
@@ -295,11 +298,13 @@ def main() -> int:
 
     print("\nMaintenance: maintenance.stop → the reboot, with a process ignoring SIGTERM")
     for flag, values in graces.items():
-        expected = ((GRACE if flag else 0.0) + REBOOT) / speed
+        expected = ((GRACE + SHUTDOWN if flag else 0.0) + REBOOT) / speed
         early, late = min(values) - expected, max(values) - expected
         good = early >= -RESOLUTION and late <= GRACE_LATE
         ok &= good
-        label, parts = ("autocheckpoint", "grace + reboot") if flag else ("no grace", "reboot")
+        label, parts = (
+            ("autocheckpoint", "grace + shutdown + reboot") if flag else ("no grace", "reboot")
+        )
         print(
             f"  {label:<15} median {statistics.median(values):5.2f} s against {expected:.2f} s "
             f"({parts}) = {statistics.median(values) / expected:.3f}×; earliest "

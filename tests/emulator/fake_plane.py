@@ -78,7 +78,7 @@ class FakeWorkerPlane:
         with self._lock:
             self.nodes[node_id].boots += 1
 
-    def stop_node(self, node_id: str, grace: float | None) -> None:
+    def stop_node(self, node_id: str, grace: float | None, shutdown: float = 0.0) -> None:
         with self._lock:
             if node_id in self.nodes:
                 self.nodes[node_id].stops.append(grace)

@@ -204,19 +204,19 @@ def test_shrinking_capacity_reclaims_spot(
 
 
 def _signal_script(record_dir: Path, tag: str) -> str:
-    """Two background processes, each writing what happens to it in its own file. One saves
-    for 0.5 s on SIGTERM and exits 0; the stubborn one notes the SIGTERM, carries on, and notes
-    when it has outlived the other's save. Neither ever ends unless signalled."""
+    """Two background processes, each writing what happens to it in its own file. The TPU
+    program holds the VM's accelerator device open, saves for 0.5 s on SIGTERM and exits 0;
+    the stubborn one holds no device, notes whether its SIGTERM came before or after the
+    program's save, and carries on. Neither ever ends unless signalled."""
     trap = record_dir / f"{tag}-trap"
     stubborn = record_dir / f"{tag}-stubborn"
     return f"""#!/bin/bash
-nohup setsid bash -c 'trap "echo term >> {trap}; sleep 0.5; echo graceful >> {trap}; exit 0" TERM
+nohup setsid bash -c 'exec 3<"$TPUCTL_VM_ROOT/dev/accel0"
+trap "echo term >> {trap}; sleep 0.5; echo graceful >> {trap}; exit 0" TERM
 echo started >> {trap}; while true; do sleep 0.1; done' >/dev/null 2>&1 &
-nohup setsid bash -c 'trap "echo term >> {stubborn}; termed=1" TERM; echo started >> {stubborn}
-while true; do
-  if [ -n "$termed" ] && grep -qx graceful {trap}; then echo outlived >> {stubborn}; termed=; fi
-  sleep 0.1
-done' >/dev/null 2>&1 &
+nohup setsid bash -c 'trap "grep -qx graceful {trap} && echo term-after-save >> {stubborn} \
+  || echo term-before-save >> {stubborn}" TERM
+echo started >> {stubborn}; while true; do sleep 0.1; done' >/dev/null 2>&1 &
 """
 
 
@@ -262,11 +262,12 @@ def test_simulated_maintenance(
     )
     assert client.get_node(name=node_name).state == NodeState.READY
     if autocheckpoint:
-        # SIGTERM first; the trapping process finished its save; the stubborn one was still
-        # alive after that (the VM waited), and was killed before the reboot started it again.
+        # SIGTERM to the TPU program alone; once it had saved and let go of the chips, the VM
+        # shut down: SIGTERM to the rest, and the stubborn one, still alive after its shutdown
+        # timeout, was killed before the reboot started it again.
         assert _lines(trap) == ["started", "term", "graceful", "started"]
-        assert _lines(stubborn) == ["started", "term", "outlived", "started"]
-        stop = f"SIGTERM, grace {GRACE_REAL:.3g}s"
+        assert _lines(stubborn) == ["started", "term-after-save", "started"]
+        stop = f"SIGTERM to the TPU program, grace {GRACE_REAL:.3g}s"
     else:
         # No grace: no SIGTERM either, both killed as they were.
         assert _lines(trap) == ["started", "started"]

@@ -475,7 +475,7 @@ IGNORER = (
 )
 
 
-def test_stop_node_grace_lets_cleanup_finish_then_kills(
+def test_stop_node_shutdown_lets_cleanup_finish_then_kills(
     plane: WorkerPlane, make_node: NodeFactory, key: ClientKey
 ) -> None:
     infos = make_node(workers=1)
@@ -486,13 +486,62 @@ def test_stop_node_grace_lets_cleanup_finish_then_kills(
     # Signal only once both have installed their traps.
     wait_for(lambda: (home / "trapper-ready").exists() and (home / "ignorer-ready").exists())
     assert {trapper, ignorer} <= set(plane.worker_processes(node_id, 0))
-    plane.stop_node(node_id, grace=1.5)
+    # Nothing holds the chips: the VM shuts down at once, SIGTERM to everything.
+    plane.stop_node(node_id, grace=30, shutdown=1.5)
     assert (home / "cleaned").read_text() == "done\n"  # the TERM trap finished its cleanup
-    # The ignorer got SIGTERM too, was still alive once the cleanup had finished (the grace
+    # The ignorer got SIGTERM too, was still alive once the cleanup had finished (the shutdown
     # was not cut short), and was killed: it never ends on its own.
     assert (home / "ignorer-got-term").exists() and (home / "ignorer-outlived").exists()
     assert not alive(trapper) and not alive(ignorer)
     assert plane.worker_processes(node_id, 0) == []
+
+
+# Holds the VM's first chip like a TPU program; saves for 0.3 s on SIGTERM, then exits.
+HOLDER = (
+    'setsid nohup bash -c \'exec 3<"$TPUCTL_VM_ROOT/dev/accel0"; '
+    'trap "echo term >> order; sleep 0.3; echo saved >> order; exit 0" TERM; '
+    "touch holder-ready; while :; do sleep 0.05; done' >/dev/null 2>&1 & echo $!"
+)
+# Holds no device; records when its SIGTERM came.
+BYSTANDER = (
+    'setsid nohup bash -c \'trap "echo bystander-term >> order; exit 0" TERM; '
+    "touch bystander-ready; while :; do sleep 0.05; done' >/dev/null 2>&1 & echo $!"
+)
+
+
+def test_stop_node_with_grace_signals_the_tpu_program_first(
+    plane: WorkerPlane, make_node: NodeFactory, key: ClientKey
+) -> None:
+    """The autocheckpoint SIGTERM goes to what holds the chips; the rest of the VM hears of
+    the shutdown only once the program has saved and let go of them."""
+    infos = make_node(workers=1)
+    node_id = node_of(make_node)
+    home = plane.vm_root(node_id, 0) / "home" / USER
+    pids = read_pids(run(plane, infos[0], USER, key, HOLDER + "; " + BYSTANDER).stdout.decode())
+    wait_for(lambda: (home / "holder-ready").exists() and (home / "bystander-ready").exists())
+    plane.stop_node(node_id, grace=30, shutdown=5)
+    assert (home / "order").read_text().split() == ["term", "saved", "bystander-term"]
+    assert not any(alive(pid) for pid in pids)
+    assert plane.worker_processes(node_id, 0) == []
+
+
+def test_stop_node_grace_ends_for_a_program_that_keeps_the_chips(
+    plane: WorkerPlane, make_node: NodeFactory, key: ClientKey
+) -> None:
+    infos = make_node(workers=1)
+    node_id = node_of(make_node)
+    home = plane.vm_root(node_id, 0) / "home" / USER
+    keeper = (
+        'setsid nohup bash -c \'exec 3<"$TPUCTL_VM_ROOT/dev/accel0"; '
+        'trap "echo term >> order" TERM; touch keeper-ready; '
+        "while :; do sleep 0.05; done' >/dev/null 2>&1 & echo $!"
+    )
+    (pid,) = read_pids(run(plane, infos[0], USER, key, keeper).stdout.decode())
+    wait_for((home / "keeper-ready").exists)
+    plane.stop_node(node_id, grace=0.5, shutdown=0.5)
+    # Once at the grace, once more at the shutdown, then killed.
+    assert (home / "order").read_text().split() == ["term", "term"]
+    assert not alive(pid)
 
 
 TERM_NOTER = (

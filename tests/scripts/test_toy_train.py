@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -201,6 +202,45 @@ def test_sigkill_resumes_from_the_last_periodic_checkpoint(
     recomputed = set(step_lines(first.stdout)) & set(step_lines(second.stdout))
     assert recomputed == set(range(latest + 1, reached + 1))  # only the steps since the save
     assert len(recomputed) == reached - latest
+    assert (directory / "final.json").read_bytes() == reference[0]
+
+
+def test_quiet_prints_nothing_and_holds_the_chips_while_it_trains(
+    tmp_path: Path, reference: tuple[bytes, dict[int, str]]
+) -> None:
+    vm_root = tmp_path / "vm"
+    (vm_root / "dev").mkdir(parents=True)
+    for index in range(2):
+        (vm_root / "dev" / f"accel{index}").touch()
+    directory = tmp_path / "ckpt"
+    command = toy_command(directory, *COMMON, "--step-seconds", "0.02", "--quiet")
+    process = subprocess.Popen(
+        command,
+        env=toy_environment({"TPUCTL_VM_ROOT": str(vm_root)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def held() -> set[str]:
+        found = set()
+        for fd in os.listdir(f"/proc/{process.pid}/fd"):
+            with contextlib.suppress(OSError):
+                found.add(os.readlink(f"/proc/{process.pid}/fd/{fd}"))
+        return found
+
+    devices = {str(vm_root / "dev" / f"accel{index}") for index in range(2)}
+    deadline = time.monotonic() + 30
+    while not devices <= held():  # opened once it starts training
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert (stdout, stderr) == (b"", b"")  # nothing anyone could parse
+    stopped = inspect_checkpoints(str(directory)).latest_step
+    assert stopped is not None and stopped < STEPS
+    again = run_toy(directory, *COMMON, "--step-seconds", "0", "--quiet")
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
     assert (directory / "final.json").read_bytes() == reference[0]
 
 

@@ -42,6 +42,9 @@ class EmulatorConfig:
         default_factory=lambda: dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
     )
     grace: float = 300.0  # autocheckpoint grace in emulated seconds (Cloud TPU: 5 minutes)
+    # How long a graceful VM shutdown waits for what is left before SIGKILL, in emulated
+    # seconds (systemd's DefaultTimeoutStopSec).
+    shutdown: float = 90.0
     ssh_port: int = 0
     delays: Delays = field(default_factory=Delays)
     ssh_server: str = "asyncssh"

@@ -284,7 +284,11 @@ def restart(
 def maintenance(rt: Runtime, qr: QueuedResourceRecord, epoch: int, node: NodeRecord) -> None:
     with qr.flow_lock:
         grace = rt.clock.scaled(rt.config.grace) if node.template.autocheckpoint_enabled else None
-        detail = "no autocheckpoint: kill" if grace is None else f"SIGTERM, grace {grace:.3g}s"
+        detail = (
+            "no autocheckpoint: kill"
+            if grace is None
+            else f"SIGTERM to the TPU program, grace {grace:.3g}s"
+        )
         rt.events.emit("maintenance.stop", qr=qr.name, node=node.name, detail=detail)
         if restart(
             rt,
@@ -337,8 +341,11 @@ def preempt(rt: Runtime, qr: QueuedResourceRecord, doomed: list[str]) -> None:
 
 # -------------------------------------------------------------------------- worker plane
 def _plane_stop(rt: Runtime, node: NodeRecord, grace: float | None) -> None:
+    """A hard stop (`grace` None), or a maintenance one: the TPU program gets SIGTERM and up to
+    `grace` to let go of the chips, then the VM shuts down gracefully."""
     if node.in_plane:
-        rt.plane.stop_node(node.node_id, grace)
+        shutdown = rt.clock.scaled(rt.config.shutdown) if grace is not None else 0.0
+        rt.plane.stop_node(node.node_id, grace, shutdown)
 
 
 def _plane_delete(rt: Runtime, node: NodeRecord) -> None:

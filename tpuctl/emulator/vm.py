@@ -130,26 +130,67 @@ def signal_pids(pids: Iterable[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def stop_processes(emulator_id: str, select: Callable[[str], bool], grace: float | None) -> None:
-    """SIGTERM (+SIGCONT) every selected process, wait up to `grace`, then SIGKILL the rest.
+# Where a TPU program holds its chips open on a TPU VM (relative to the VM's root).
+DEVICE_PATTERNS = ("dev/accel", "dev/vfio/")
 
-    Like systemd stopping a VM: TERM goes once to what exists at the start (a cleanup handler
-    may start helpers that must not be hit), KILL goes to everything left, including
-    processes started during the grace, until nothing selected is alive.
+
+def device_holders(pids: Iterable[int], vm_roots: Iterable[Path]) -> set[int]:
+    """The pids among `pids` that hold one of these VMs' accelerator devices open."""
+    prefixes = tuple(f"{root}/{pattern}" for root in vm_roots for pattern in DEVICE_PATTERNS)
+    held: set[int] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # exited, or not ours to read
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(prefixes):
+                held.add(pid)
+                break
+    return held
+
+
+def stop_processes(
+    emulator_id: str,
+    select: Callable[[str], bool],
+    grace: float | None,
+    *,
+    vm_roots: Iterable[Path] = (),
+    shutdown: float = 0.0,
+) -> None:
+    """Stop a VM's processes the way the platform does, or kill them at once (`grace` None).
+
+    With a grace (an autocheckpoint maintenance): SIGTERM goes only to the processes holding
+    one of the VMs' accelerator devices open (the TPU program); once none holds them, or the
+    grace is over, the VM shuts down gracefully: SIGTERM (+SIGCONT) to everything left, up to
+    `shutdown` seconds for it to exit (systemd's stop timeout), then SIGKILL. TERM goes once to
+    what exists at the start of each phase (a cleanup handler may start helpers that must not
+    be hit); KILL goes to everything left, including processes started meanwhile.
     """
 
     def live() -> set[int]:
         return {pid for pid, marker in scan_processes(emulator_id).items() if select(marker)}
 
-    if grace is not None and grace > 0:
-        first = live()
-        signal_pids(first, signal.SIGTERM)
-        signal_pids(first, signal.SIGCONT)  # a stopped process must wake to see the TERM
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if not live():
-                return
+    def wait_until(done: Callable[[], bool], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    if grace is not None:
+        roots = list(vm_roots)
+        holders = device_holders(live(), roots) if grace > 0 and roots else set()
+        if holders:
+            signal_pids(holders, signal.SIGTERM)
+            signal_pids(holders, signal.SIGCONT)  # a stopped process must wake to see the TERM
+            wait_until(lambda: not device_holders(live(), roots), grace)
+        everything = live()
+        signal_pids(everything, signal.SIGTERM)
+        signal_pids(everything, signal.SIGCONT)
+        wait_until(lambda: not live(), shutdown)
     # A process may fork between scan and kill: rescan until a pass finds nothing.
     for _ in range(200):
         pids = live()

@@ -250,22 +250,25 @@ class WorkerPlane:
         for proc in procs:
             self._reaper.watch(proc)
 
-    def stop_node(self, node_id: str, grace: float | None) -> None:
-        """SIGTERM every process of the node, SIGKILL what is left after `grace` (None: now).
+    def stop_node(self, node_id: str, grace: float | None, shutdown: float = 0.0) -> None:
+        """Stop every process of the node (vm.stop_processes): with a `grace`, SIGTERM to the
+        TPU program (what holds the devices) first, then a graceful shutdown of up to
+        `shutdown` seconds; without one, SIGKILL now.
 
         The VM went down, so SSH connections to it are dropped as well.
         """
         with self._locked(node_id) as node:
-            self._kill(node, grace)
+            self._kill(node, grace, shutdown)
             self._call(self._drop_connections(node))
 
-    def _kill(self, node: PlaneNode, grace: float | None) -> None:
+    def _kill(self, node: PlaneNode, grace: float | None, shutdown: float = 0.0) -> None:
         prefix = node.identity.node_id
 
         def select(marker: str) -> bool:
             return marker.rpartition("/")[0] == prefix
 
-        vm.stop_processes(self.instance_id, select, grace)
+        roots = [worker.vm_root for worker in node.workers]
+        vm.stop_processes(self.instance_id, select, grace, vm_roots=roots, shutdown=shutdown)
 
     async def _drop_connections(self, node: PlaneNode) -> None:
         for worker in node.workers:
