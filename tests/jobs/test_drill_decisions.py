@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.jobs.fakes import FakeClock, FakeJobs, FakeQr, FakeRecord, fleet, spec
-from tpuctl.errors import DeadlineError, ExitCode, UsageError
+from tpuctl.errors import DeadlineError, ExitCode, TpuctlError, UsageError
 from tpuctl.jobs.drill import Drill, DrillOptions, check_kind
 from tpuctl.jobs.drill_verdict import DrillReport, judge
 from tpuctl.storage.logs import compile_step_pattern, parse_log
@@ -141,3 +141,59 @@ def test_a_drill_whose_job_never_comes_back_gives_up_at_its_timeout() -> None:
     with pytest.raises(DeadlineError) as raised:
         drill.run()
     assert "new boot" in raised.value.message and time.t < 60
+
+
+def _silent_drill(time: FakeClock, jobs: FakeJobs, record: FakeRecord) -> Drill:
+    jobs.set("running")
+    jobs.logs[1] = "loading data…\n"  # nothing a step pattern recognises
+    return Drill(
+        FakeQr(state="ACTIVE"),
+        spec(),
+        fleet_factory=fleet,
+        options=DrillOptions(kind="maintenance", timeout=600, poll=0.5),
+        jobs=jobs,
+        record=record,
+        clock=time.clock(),
+    )
+
+
+def test_a_job_without_step_lines_is_drilled_from_its_checkpoints() -> None:
+    time, jobs, record = FakeClock(), FakeJobs(), FakeRecord(steps=[100])
+
+    def maintenance_happens() -> None:
+        record.steps.append(137)  # the save on the autocheckpoint SIGTERM
+        jobs.reboot()
+        jobs.logs[2] = ""
+
+    time.at(5, lambda: record.steps.append(120))  # periodic progress: seen, drill goes on
+    time.at(7, maintenance_happens)
+    time.at(30, lambda: record.steps.append(157))  # progress after the restart
+    report = _silent_drill(time, jobs, record).run()
+    assert report.ok, report.verdict
+    assert report.progress_from == "checkpoints"
+    assert (report.step_before_trigger, report.step_at_event, report.resumed_from) == (
+        120,
+        137,
+        137,
+    )
+    assert report.recomputed_steps == 0 and not report.step_at_event_exact
+    assert time.t < 60  # it did not wait out the patience: the checkpoints moved
+
+    time, jobs, record = FakeClock(), FakeJobs(), FakeRecord(steps=[100])
+    time.at(5, lambda: record.steps.append(120))
+    time.at(7, jobs.reboot)  # maintenance, and no save on the SIGTERM
+    time.at(30, lambda: record.steps.append(140))
+    lost = _silent_drill(time, jobs, record).run()
+    assert not lost.ok and "no checkpoint was saved at the event" in lost.verdict
+    assert lost.resumed_from == 120 and lost.exit_code == ExitCode.ERROR
+
+
+def test_a_job_showing_neither_steps_nor_checkpoints_fails_within_a_minute() -> None:
+    time, jobs, record = FakeClock(), FakeJobs(), FakeRecord()
+    with pytest.raises(TpuctlError) as raised:
+        _silent_drill(time, jobs, record).run()
+    message = raised.value.message
+    assert "no line in the log of worker 0/0 matches" in message
+    assert "no committed checkpoint under gs://bucket/ckpt/job" in message
+    assert "--step-pattern" in (raised.value.hint or "")
+    assert 60 <= time.t < 61

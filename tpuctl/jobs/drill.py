@@ -36,7 +36,7 @@ from tpuctl.jobs.adapters import (
     StorageJobRecord,
     WorkerStatus,
 )
-from tpuctl.jobs.drill_verdict import DrillReport, judge
+from tpuctl.jobs.drill_verdict import DrillReport, judge, judge_checkpoints
 from tpuctl.storage.logs import LogFacts, compile_step_pattern, parse_log
 
 if TYPE_CHECKING:
@@ -65,6 +65,9 @@ class DrillOptions:
     external_recovery: bool = False
     step_pattern: str | None = None
     poll: float = 0.5
+    # How long the job may run on every worker with no step line in its log before the drill
+    # reads progress from committed checkpoints instead, or (with none) gives up.
+    progress_patience: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -231,29 +234,30 @@ class Drill:
         report.recovery_seconds = self.clock.monotonic() - triggered
         report.boots_before = {label: boot for label, (boot, _pid) in before.items()}
         report.boots_after = {label: boot for label, (boot, _pid) in after.items()}
-        if kind != "preempt":
-            old_text = self._read(observer, observer_status[0])
-        # The same worker, looked up again: after a preemption (or a replaced slice) it is a new
-        # VM with a new host key, and the old target would fail verification on every read.
-        observer = self._observer(target_slice)
-        new_facts = self._wait_new_steps(observer)
-        self.emit(
-            "drill.recovered",
-            f"{self.name}: the job runs again ({report.recovery_seconds:.1f} s after the event)",
-            drill=kind,
-            recovery_seconds=round(report.recovery_seconds, 3),
-            resumed_from=new_facts.resume_point,
-        )
-        after_steps = set(self.record.complete_steps()) if self.record else set()
-        judge(
-            report,
-            old_text=old_text,
-            new=new_facts,
-            before_steps=before_steps,
-            after_steps=after_steps,
-            pattern=self.pattern,
-            has_record=self.record is not None,
-        )
+        if report.progress_from == "checkpoints":
+            at_restart = set(self.record.complete_steps()) if self.record else set()
+            resumed_from = max(at_restart) if at_restart else None
+            self._recovered(report, resumed_from)
+            self._wait_new_checkpoint(resumed_from)
+            judge_checkpoints(report, before_steps=before_steps, at_restart=at_restart)
+        else:
+            if kind != "preempt":
+                old_text = self._read(observer, observer_status[0])
+            # The same worker, looked up again: after a preemption (or a replaced slice) it is
+            # a new VM with a new host key, and the old target would fail verification.
+            observer = self._observer(target_slice)
+            new_facts = self._wait_new_steps(observer)
+            self._recovered(report, new_facts.resume_point)
+            after_steps = set(self.record.complete_steps()) if self.record else set()
+            judge(
+                report,
+                old_text=old_text,
+                new=new_facts,
+                before_steps=before_steps,
+                after_steps=after_steps,
+                pattern=self.pattern,
+                has_record=self.record is not None,
+            )
         self.emit(
             "drill.result",
             f"drill {kind}: {report.verdict}",
@@ -268,6 +272,15 @@ class Drill:
             recovery_seconds=round(report.recovery_seconds, 3),
         )
         return report
+
+    def _recovered(self, report: DrillReport, resumed_from: int | None) -> None:
+        self.emit(
+            "drill.recovered",
+            f"{self.name}: the job runs again ({report.recovery_seconds:.1f} s after the event)",
+            drill=report.drill,
+            recovery_seconds=round(report.recovery_seconds or 0.0, 3),
+            resumed_from=resumed_from,
+        )
 
     def _target_slice(self) -> int:
         slices = self.spec.tpu.slices if self.spec is not None else None
@@ -296,27 +309,71 @@ class Drill:
     def _preflight(
         self, report: DrillReport, observer: WorkerTarget
     ) -> dict[str, tuple[int | None, int | None]]:
-        """Wait until every worker runs the job and the observer has logged two steps apart."""
+        """Wait until every worker runs the job and its progress shows: the observer logged two
+        steps apart, or (a log with no step lines it recognises) a committed checkpoint."""
         first: tuple[int, float] | None = None
+        running_since: float | None = None
+        first_checkpoint: int | None = None
         while True:
-            self._left("the job to be running on every worker with step lines in its log")
+            self._left("the job to be running on every worker, its progress showing")
             statuses = self._statuses()
+            now = self.clock.monotonic()
             if statuses and all(s.state == "running" for s in statuses):
+                running_since = now if running_since is None else running_since
+                boots = {s.label: (s.boot, s.pid) for s in statuses}
                 facts = self._facts(observer)
-                now = self.clock.monotonic()
                 if facts.last_step is not None:
                     if first is None:
                         first = (facts.last_step, now)
                     elif facts.last_step > first[0]:
                         report.step_before_trigger = facts.last_step
                         report.step_seconds = (now - first[1]) / (facts.last_step - first[0])
-                        return {s.label: (s.boot, s.pid) for s in statuses}
+                        return boots
+                elif facts.step_lines == 0:
+                    latest = self._latest_checkpoint()
+                    first_checkpoint = first_checkpoint if first_checkpoint else latest
+                    advanced = latest is not None and latest != first_checkpoint
+                    if advanced or now - running_since >= self.options.progress_patience:
+                        if latest is None:
+                            raise self._blind(observer)
+                        report.progress_from = "checkpoints"
+                        report.step_before_trigger = latest
+                        report.notes.append(
+                            f"no step lines in the log of worker {observer.label} match "
+                            f"{self.pattern.pattern!r}: progress read from committed "
+                            "checkpoints, so steps between checkpoints are not visible"
+                        )
+                        return boots
             elif statuses and all(s.state == "done" for s in statuses):
                 raise TpuctlError(
                     f"drill on {self.name}: the job has already finished; nothing to disrupt",
                     name=self.name,
                 )
+            else:
+                running_since = None
             self.clock.sleep(self.options.poll)
+
+    def _latest_checkpoint(self) -> int | None:
+        steps = self.record.complete_steps() if self.record is not None else ()
+        return max(steps) if steps else None
+
+    def _blind(self, observer: WorkerTarget) -> TpuctlError:
+        """Neither step lines nor checkpoints: say what was looked for, and where."""
+        where = (
+            f"no committed checkpoint under {self.record.location}"
+            if self.record is not None and self.record.location
+            else "no checkpoint.dir to look in (no spec, or none in it)"
+        )
+        return TpuctlError(
+            f"drill on {self.name}: cannot see the job's progress after "
+            f"{self.options.progress_patience:g} s of it running: no line in the log of worker "
+            f"{observer.label} matches {self.pattern.pattern!r}, and {where}",
+            hint="give --step-pattern a regular expression whose first group is the step number "
+            "in your trainer's log lines, or set checkpoint.dir where the job writes its "
+            "checkpoints",
+            name=self.name,
+            waiting_for="progress",
+        )
 
     def _trigger(self, target_slice: int) -> None:
         kind = self.options.kind
@@ -409,6 +466,19 @@ class Drill:
             statuses = self._statuses()
             if statuses and all(s.state == "done" for s in statuses):
                 return facts
+            self.clock.sleep(self.options.poll)
+
+    def _wait_new_checkpoint(self, resumed_from: int | None) -> None:
+        """Progress after the restart, seen without step lines: a checkpoint past the one the
+        job resumed from, or the job done."""
+        while True:
+            self._left("a new committed checkpoint after the restart")
+            latest = self._latest_checkpoint()
+            if latest is not None and (resumed_from is None or latest > resumed_from):
+                return
+            statuses = self._statuses()
+            if statuses and all(s.state == "done" for s in statuses):
+                return
             self.clock.sleep(self.options.poll)
 
     # ------------------------------------------------------------------------------ verdict

@@ -28,6 +28,7 @@ class DrillReport(Result):
     recovered_at: datetime | None = None
     recovery_seconds: float | None = None
     observer: str = "0/0"
+    progress_from: str = "log"  # log | checkpoints (a log with no step lines recognised)
     step_before_trigger: int | None = None
     step_at_event: int | None = None
     step_at_event_exact: bool = True
@@ -131,3 +132,51 @@ def judge(
         report.verdict = f"ok: {what}"
     else:
         report.verdict = f"FAILED: progress lost beyond what the event allows ({what})"
+
+
+def judge_checkpoints(report: DrillReport, *, before_steps: set[int], at_restart: set[int]) -> None:
+    """The verdict when the log has no step lines: from the complete checkpoints before the
+    event and when the job ran again, the job taken to resume from its latest one. Steps
+    between checkpoints are not visible, so recomputed steps are only known to be 0 when a
+    checkpoint was saved at the event."""
+    saved = at_restart - before_steps
+    report.last_checkpoint_before_event = max(before_steps) if before_steps else None
+    report.resumed_from = max(at_restart) if at_restart else None
+    report.new_checkpoint_at_event = report.checkpoint_at_event = bool(saved)
+    report.step_at_event = max(saved) if saved else None
+    report.step_at_event_exact = False
+    report.notes.append(
+        "the job is taken to resume from its latest complete checkpoint "
+        f"({report.resumed_from if report.resumed_from is not None else 'none: from scratch'})"
+    )
+    before = report.last_checkpoint_before_event
+    if report.drill == "maintenance" and report.autocheckpoint:
+        report.allowed_steps = 0
+        report.ok = bool(saved)
+        if report.ok:
+            report.recomputed_steps = 0
+            report.verdict = (
+                f"ok: a checkpoint at step {report.step_at_event} was saved at the event and the "
+                "job resumed from it (progress read from checkpoints)"
+            )
+        else:
+            report.verdict = (
+                "FAILED: no checkpoint was saved at the event; the job resumed from "
+                f"{'step ' + str(before) if before is not None else 'scratch'}, the last one "
+                "before it (progress read from checkpoints)"
+            )
+        return
+    resumed = report.resumed_from
+    report.ok = before is None or (resumed is not None and resumed >= before)
+    if report.ok:
+        report.verdict = (
+            f"ok: resumed from step {resumed}, not before the last checkpoint before the event "
+            f"({before}); the steps since it were recomputed, which only step lines would count"
+            if resumed is not None
+            else "ok: no checkpoint before the event, and the job started again from scratch"
+        )
+    else:
+        report.verdict = (
+            f"FAILED: the checkpoint at step {before} was gone when the job ran again "
+            f"(latest then: {resumed})"
+        )
