@@ -1,4 +1,5 @@
-"""Plan arithmetic: sizes, the mesh check, the DCN batch minimum, Young and Daly intervals."""
+"""Plan arithmetic: sizes, the mesh check, the DCN batch minimum, Young and Daly intervals,
+periodic against continuous checkpointing, and the checkpoint bucket's region."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from tpuctl.plan import (
     checkpoint_plan,
     daly_interval,
     dcn_arithmetic,
+    judge_bucket,
     make_plan,
+    region_of,
     waste_fraction,
     young_interval,
 )
@@ -219,3 +222,79 @@ def test_plan_is_json_friendly() -> None:
     assert decoded["parallelism"]["ok"] is True
     assert decoded["dcn"]["min_global_batch_tokens"] == 352_000
     assert decoded["checkpoint"]["mtbf_basis"] == "job"
+
+
+def test_periodic_and_continuous_side_by_side_in_steps() -> None:
+    plan = checkpoint_plan(
+        mtbf_seconds=24 * HOUR, save_seconds=30, restart_seconds=600, step_seconds=2
+    )
+    periodic, continuous = plan.modes
+    assert (periodic.mode, continuous.mode) == ("periodic", "continuous")
+    assert plan.step_seconds == 2 and plan.selected == "periodic"
+    # Periodic: Daly's interval in whole steps, (τ + δ)/2 lost on average.
+    assert periodic.interval_steps == round(plan.daly_interval_seconds / 2)
+    assert periodic.interval_seconds == periodic.interval_steps * 2
+    assert periodic.lost_work_per_failure_seconds == pytest.approx(
+        (periodic.interval_seconds + 30) / 2
+    )
+    assert periodic.lost_steps_per_failure == pytest.approx(
+        periodic.lost_work_per_failure_seconds / 2
+    )
+    # Continuous: a save every ⌈δ/step⌉ = 15 steps; δ + I/2 = 45 s = 22.5 steps lost.
+    assert (continuous.interval_steps, continuous.interval_seconds) == (15, 30)
+    assert continuous.lost_work_per_failure_seconds == 45
+    assert continuous.lost_steps_per_failure == 22.5
+    assert continuous.waste_fraction == pytest.approx((45 + 600) / (24 * HOUR))
+    assert continuous.lost_work_per_failure_seconds < periodic.lost_work_per_failure_seconds
+
+
+def test_continuous_with_a_step_longer_than_the_save_commits_every_step() -> None:
+    plan = checkpoint_plan(
+        mtbf_seconds=HOUR, save_seconds=5, restart_seconds=60, step_seconds=12, continuous=True
+    )
+    continuous = plan.modes[1]
+    assert plan.selected == "continuous"
+    assert (continuous.interval_steps, continuous.interval_seconds) == (1, 12)
+    assert continuous.lost_work_per_failure_seconds == 5 + 6
+
+
+def test_without_a_step_time_the_modes_are_in_seconds_only() -> None:
+    plan = checkpoint_plan(mtbf_seconds=HOUR, save_seconds=20, restart_seconds=60)
+    assert all(m.interval_steps is None and m.lost_steps_per_failure is None for m in plan.modes)
+    assert plan.modes[1].interval_seconds == 20
+    assert any("--step-seconds" in note for note in plan.notes)
+    with pytest.raises(ValueError, match="step time"):
+        checkpoint_plan(mtbf_seconds=HOUR, save_seconds=20, restart_seconds=60, step_seconds=0)
+
+
+@pytest.mark.parametrize(
+    ("location", "kind", "data", "ok"),
+    [
+        ("US-CENTRAL2", "region", (), True),
+        ("us-central2", "region", (), True),
+        ("US-EAST1", "region", (), False),
+        ("US", "multi-region", (), False),
+        ("US", "dual-region", ("US-CENTRAL2", "US-EAST1"), True),
+        ("NAM4", "dual-region", (), False),
+    ],
+)
+def test_the_bucket_must_be_in_the_slices_region(
+    location: str, kind: str, data: tuple[str, ...], ok: bool
+) -> None:
+    placement = judge_bucket(
+        "gs://b", "us-central2-b", location=location, location_type=kind, data_locations=data
+    )
+    assert placement.region == "us-central2" and placement.ok is ok
+    if ok:
+        assert placement.warning is None
+    else:
+        assert placement.warning is not None
+        assert f"gs://b is in {location} ({kind}), the slices in us-central2" in placement.warning
+        assert "use a bucket in us-central2" in placement.warning
+
+
+def test_an_unreadable_bucket_location_is_a_warning_not_a_verdict() -> None:
+    placement = judge_bucket("gs://b", "europe-west4-a", location=None, error="403 Forbidden")
+    assert not placement.ok and placement.location is None
+    assert placement.warning == "could not read the location of gs://b: 403 Forbidden"
+    assert region_of("europe-west4-a") == "europe-west4" and region_of("local") == "local"

@@ -60,8 +60,72 @@ class DcnArithmetic:
 
 
 @dataclass(frozen=True)
+class BucketPlacement:
+    """Where the checkpoint bucket is against the slices' region (`plan --online`, create)."""
+
+    bucket: str  # gs://name
+    region: str  # the slices' region, from the zone
+    location: str | None  # e.g. US-CENTRAL1, US, NAM4; None when it could not be read
+    location_type: str | None  # region | dual-region | multi-region
+    ok: bool
+    warning: str | None = None
+
+
+def region_of(zone: str) -> str:
+    """`us-central2-b` → `us-central2`."""
+    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+
+
+def judge_bucket(
+    bucket: str,
+    zone: str,
+    *,
+    location: str | None,
+    location_type: str | None = None,
+    data_locations: tuple[str, ...] = (),
+    error: str | None = None,
+) -> BucketPlacement:
+    """ok when the bucket is in the slices' region (a regional bucket there, or a dual-region
+    one that includes it); else a warning saying what each save and restore then costs."""
+    region = region_of(zone)
+    if location is None:
+        return BucketPlacement(
+            bucket,
+            region,
+            None,
+            None,
+            ok=False,
+            warning=f"could not read the location of {bucket}: {error or 'unknown'}",
+        )
+    places = {location.lower(), *(place.lower() for place in data_locations)}
+    ok = region.lower() in places
+    kind = (location_type or "").lower() or "location"
+    warning = None
+    if not ok:
+        warning = (
+            f"checkpoint bucket {bucket} is in {location} ({kind}), the slices in {region}: "
+            "every save and restore crosses regions (slower, and billed as network egress); "
+            f"use a bucket in {region}"
+        )
+    return BucketPlacement(bucket, region, location, location_type, ok=ok, warning=warning)
+
+
+@dataclass(frozen=True)
+class CheckpointMode:
+    """One way of checkpointing: how often a checkpoint commits, what a failure loses."""
+
+    mode: str  # "periodic" (every interval, Daly's) or "continuous" (one save after another)
+    interval_seconds: float
+    interval_steps: int | None  # with the step time
+    lost_work_per_failure_seconds: float
+    lost_steps_per_failure: float | None  # with the step time
+    waste_fraction: float
+
+
+@dataclass(frozen=True)
 class CheckpointPlan:
-    """Checkpoint interval by Young and Daly for a job MTBF M, save time δ and restart cost R."""
+    """Checkpoint interval by Young and Daly for a job MTBF M, save time δ and restart cost R,
+    and both modes side by side: periodic at Daly's interval, and continuous."""
 
     mtbf_seconds: float  # M of the whole job
     mtbf_basis: str  # "job" or "per-host MTBF / N hosts"
@@ -71,6 +135,9 @@ class CheckpointPlan:
     daly_interval_seconds: float
     waste_fraction: float  # at Daly's interval
     lost_work_per_failure_seconds: float  # (τ + δ) / 2 for blocking saves
+    step_seconds: float | None = None
+    selected: str = "periodic"  # the spec's mode (checkpoint.continuous)
+    modes: tuple[CheckpointMode, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -94,7 +161,9 @@ class Plan(Result):
     parallelism: ParallelismCheck | None
     dcn: DcnArithmetic | None
     checkpoint: CheckpointPlan | None
+    bucket: BucketPlacement | None = None
     notes: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
 
 
 def accelerator_of(spec: Spec) -> Accelerator:
@@ -111,8 +180,11 @@ def make_plan(
     mtbf_per_host: bool = False,
     save_seconds: float | None = None,
     restart_seconds: float = DEFAULT_RESTART_SECONDS,
+    step_seconds: float | None = None,
+    bucket: BucketPlacement | None = None,
 ) -> Plan:
-    """Pure arithmetic over a loaded spec; `mtbf` is the job's unless `mtbf_per_host`."""
+    """Pure arithmetic over a loaded spec; `mtbf` is the job's unless `mtbf_per_host`.
+    `bucket` is what `plan --online` found about the checkpoint bucket, if anything."""
     accelerator = accelerator_of(spec)
     slices = spec.tpu.slices
     totals = accelerator.totals(slices)
@@ -147,7 +219,14 @@ def make_plan(
             basis=basis,
             save_assumed=save_seconds is None,
             autocheckpoint=spec.checkpoint.autocheckpoint,
+            step_seconds=step_seconds,
+            continuous=spec.checkpoint.continuous,
         )
+    warnings: list[str] = []
+    if bucket is not None and bucket.warning:
+        warnings.append(bucket.warning)
+    elif bucket is None and (spec.checkpoint.dir or "").startswith("gs://"):
+        notes.append("the checkpoint bucket's location was not checked (plan --online)")
 
     return Plan(
         name=spec.name,
@@ -165,7 +244,9 @@ def make_plan(
         parallelism=parallelism,
         dcn=dcn,
         checkpoint=checkpoint,
+        bucket=bucket,
         notes=tuple(notes),
+        warnings=tuple(warnings),
     )
 
 
@@ -256,20 +337,40 @@ def checkpoint_plan(
     basis: str = "job",
     save_assumed: bool = False,
     autocheckpoint: bool = False,
+    step_seconds: float | None = None,
+    continuous: bool = False,
 ) -> CheckpointPlan:
-    """Young and Daly intervals, the waste at Daly's, and the expected loss per failure."""
+    """Young and Daly intervals, the waste at Daly's, the expected loss per failure, and the
+    periodic and continuous modes side by side."""
     if mtbf_seconds <= 0 or save_seconds <= 0 or restart_seconds < 0:
         raise ValueError("MTBF and save time must be positive, restart time not negative")
+    if step_seconds is not None and step_seconds <= 0:
+        raise ValueError("the step time must be positive")
     daly = daly_interval(save_seconds, mtbf_seconds)
     waste = waste_fraction(daly, save_seconds, mtbf_seconds, restart_seconds)
     notes: list[str] = []
     if save_assumed:
         notes.append(f"save time assumed {save_seconds:g} s (--save-seconds)")
+    if step_seconds is None:
+        notes.append("no step time (--step-seconds): intervals in seconds only")
     if waste >= 1:
         notes.append("waste ≥ 100%: failures come faster than the job can save and restart")
     if autocheckpoint:
         notes.append("autocheckpoint on: an announced maintenance event loses ~0 work")
+    notes.append(
+        "periodic: Young and Daly's model, each save stalling training for δ (asynchronous "
+        "saves stall less and lose the same)"
+    )
+    notes.append(
+        "continuous: each save starts once the previous one has committed, at a step "
+        "boundary; saves are taken to be asynchronous (no stall), so storage is written all "
+        "the time and checkpoint.keep bounds what is kept"
+    )
     notes.append("Cloud TPU's maintenance guide suggests checkpointing about hourly")
+    modes = (
+        periodic_mode(daly, save_seconds, mtbf_seconds, restart_seconds, step_seconds),
+        continuous_mode(save_seconds, mtbf_seconds, restart_seconds, step_seconds),
+    )
     return CheckpointPlan(
         mtbf_seconds=mtbf_seconds,
         mtbf_basis=basis,
@@ -279,5 +380,53 @@ def checkpoint_plan(
         daly_interval_seconds=daly,
         waste_fraction=waste,
         lost_work_per_failure_seconds=(daly + save_seconds) / 2,
+        step_seconds=step_seconds,
+        selected="continuous" if continuous else "periodic",
+        modes=modes,
         notes=tuple(notes),
+    )
+
+
+def _steps(seconds: float, step_seconds: float | None) -> float | None:
+    return None if step_seconds is None else seconds / step_seconds
+
+
+def periodic_mode(
+    daly: float,
+    save_seconds: float,
+    mtbf_seconds: float,
+    restart_seconds: float,
+    step_seconds: float | None,
+) -> CheckpointMode:
+    """A save every Daly interval (in whole steps when the step time is known), blocking for
+    δ: a failure loses (τ + δ)/2 on average."""
+    steps = None if step_seconds is None else max(1, round(daly / step_seconds))
+    tau = daly if steps is None or step_seconds is None else steps * step_seconds
+    lost = (tau + save_seconds) / 2
+    return CheckpointMode(
+        mode="periodic",
+        interval_seconds=tau,
+        interval_steps=steps,
+        lost_work_per_failure_seconds=lost,
+        lost_steps_per_failure=_steps(lost, step_seconds),
+        waste_fraction=waste_fraction(tau, save_seconds, mtbf_seconds, restart_seconds),
+    )
+
+
+def continuous_mode(
+    save_seconds: float, mtbf_seconds: float, restart_seconds: float, step_seconds: float | None
+) -> CheckpointMode:
+    """A save starts at the first step boundary after the previous one committed, so one
+    commits every I = ⌈δ/step⌉ steps; the newest committed state is δ to δ+I old at a failure,
+    δ + I/2 on average. Asynchronous saves: the waste is only lost work and restarts."""
+    steps = None if step_seconds is None else max(1, math.ceil(save_seconds / step_seconds))
+    interval = save_seconds if steps is None or step_seconds is None else steps * step_seconds
+    lost = save_seconds + interval / 2
+    return CheckpointMode(
+        mode="continuous",
+        interval_seconds=interval,
+        interval_steps=steps,
+        lost_work_per_failure_seconds=lost,
+        lost_steps_per_failure=_steps(lost, step_seconds),
+        waste_fraction=(lost + restart_seconds) / mtbf_seconds,
     )

@@ -372,3 +372,38 @@ def test_duration_option_refuses_what_is_not_a_positive_duration(text: str) -> N
 
     with pytest.raises(click.BadParameter, match="not a positive duration"):
         DURATION.convert(text, None, None)
+
+
+@pytest.mark.parametrize(
+    ("zone", "warned"), [("us-central2-b", True), ("us-central1-a", False)], ids=["far", "near"]
+)
+def test_plan_online_reads_where_the_checkpoint_bucket_is(
+    cli: Cli, write_spec: WriteSpec, gcs_bucket: str, zone: str, warned: bool
+) -> None:
+    """fake-gcs-server puts every bucket in US-CENTRAL1 (a region)."""
+    text = HEAD + GOOD_TPU + f"checkpoint:\n  dir: gs://{gcs_bucket}/ckpt\n"
+    args = ["plan", str(write_spec(text)), "--online", "--zone", zone, "--format", "json"]
+    outcome = cli(args)
+    assert outcome.exit_code == 0, outcome.stderr
+    bucket = json.loads(outcome.stdout)["bucket"]
+    assert bucket["bucket"] == f"gs://{gcs_bucket}"
+    assert (bucket["location"], bucket["location_type"]) == ("US-CENTRAL1", "region")
+    assert bucket["ok"] is not warned
+    if warned:
+        assert outcome.stderr == (
+            f"warning: checkpoint bucket gs://{gcs_bucket} is in US-CENTRAL1 (region), the "
+            "slices in us-central2: every save and restore crosses regions (slower, and billed "
+            "as network egress); use a bucket in us-central2\n"
+        )
+    else:
+        assert outcome.stderr == ""
+    offline = cli(["plan", str(write_spec(text)), "--format", "json"])
+    assert json.loads(offline.stdout)["bucket"] is None
+    assert "plan --online" in " ".join(json.loads(offline.stdout)["notes"])
+
+
+def test_plan_online_needs_a_zone(cli: Cli, write_spec: WriteSpec, gcs_bucket: str) -> None:
+    text = HEAD + GOOD_TPU + f"checkpoint:\n  dir: gs://{gcs_bucket}/ckpt\n"
+    outcome = cli(["plan", str(write_spec(text)), "--online"], env={"TPUCTL_ZONE": None})
+    assert outcome.exit_code == 2 and outcome.stdout == ""
+    assert "needs the slices' zone" in outcome.stderr

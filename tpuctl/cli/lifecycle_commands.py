@@ -126,7 +126,7 @@ def create(
     """
     from tpuctl.cloud import lifecycle
     from tpuctl.cloud.results import CreateResult
-    from tpuctl.jobs.provision import create_request
+    from tpuctl.jobs.provision import create_request, placement_warnings
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides)
@@ -140,6 +140,8 @@ def create(
         result.request = request_as_dict(request)
         emit(result, views.create_view)
         return
+    for warning in placement_warnings(spec, location.zone):
+        app.warn(warning)
     api = connect_api(location, impersonate)
     options = _wait_options(spec, **waiting)
     if wait_after:

@@ -136,29 +136,70 @@ def render(
     show_default=True,
     help="Seconds from a failure to training again (R).",
 )
+@click.option(
+    "--step-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds one training step takes: intervals and lost work also in steps.",
+)
+@click.option(
+    "--online",
+    is_flag=True,
+    default=False,
+    help="Also read the checkpoint bucket's location (Cloud Storage) and warn when it is not "
+    "the slices' region (the zone from --zone, the spec, TPUCTL_ZONE or CLOUDSDK_COMPUTE_ZONE).",
+)
+@project_zone_options
 @set_option
 @output_option
 def plan(
     *,
+    project: str | None,
+    zone: str | None,
     spec_path: str,
     mtbf: float | None,
     mtbf_per_host: bool,
     save_seconds: float | None,
     restart_seconds: float,
+    step_seconds: float | None,
+    online: bool,
     overrides: tuple[str, ...],
 ) -> None:
-    """Slices, VMs, chips, the parallelism check, DCN batch and checkpoint-interval arithmetic."""
+    """Slices, VMs, chips, the parallelism check, DCN batch, and the checkpoint arithmetic:
+    Young's and Daly's intervals, and periodic against continuous checkpointing."""
     from tpuctl.cli.views.spec import plan_view
     from tpuctl.plan import make_plan
 
     spec = _load(spec_path, overrides).spec
+    bucket = None
+    if online:
+        from tpuctl.cloud.resolve import offline_location
+        from tpuctl.errors import UsageError
+        from tpuctl.storage.placement import bucket_placement
+        from tpuctl.worker import checkpoint_root
+
+        location, missing = offline_location(
+            project_flag=project, zone_flag=zone, spec_project=spec.project, spec_zone=spec.zone
+        )
+        root = checkpoint_root(spec)
+        if root and root.startswith("gs://"):
+            if any("no zone" in warning for warning in missing):
+                raise UsageError(
+                    "plan --online needs the slices' zone to compare the bucket's region with",
+                    hint="give --zone, set zone: in the spec, or TPUCTL_ZONE",
+                )
+            bucket = bucket_placement(root, location.zone)
     result = make_plan(
         spec,
         mtbf=timedelta(seconds=mtbf) if mtbf is not None else None,
         mtbf_per_host=mtbf_per_host,
         save_seconds=save_seconds,
         restart_seconds=restart_seconds,
+        step_seconds=step_seconds,
+        bucket=bucket,
     )
+    for warning in result.warnings:
+        _warn(warning)
     emit(result, plan_view)
 
 

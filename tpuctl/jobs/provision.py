@@ -29,3 +29,14 @@ def create_request(spec: Spec, location: Location, request_id: str | None = None
 def create_from_spec(api: TpuApi, spec: Spec) -> CreateResult:
     """Create the spec's queued resource (or accept the one made from the same spec)."""
     return lifecycle.create(api, create_request(spec, api.location))
+
+
+def placement_warnings(spec: Spec, zone: str) -> list[str]:
+    """What is wrong with where the job's checkpoints live, said before capacity is bought:
+    a checkpoint bucket outside the slices' region (or one whose location cannot be read)."""
+    from tpuctl.storage.placement import bucket_placement
+    from tpuctl.worker import checkpoint_root
+
+    root = checkpoint_root(spec)
+    placement = bucket_placement(root, zone) if root else None
+    return [placement.warning] if placement is not None and placement.warning else []

@@ -75,6 +75,17 @@ def _gcs_errors(where: str) -> Iterator[None]:
         raise TpuctlError(f"cannot reach Cloud Storage for {where}: {exc}", path=where) from None
 
 
+def bucket_metadata(name: str) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(location, location type, data locations of a configurable dual-region) of a bucket;
+    needs storage.buckets.get on it."""
+    where = f"gs://{name}"
+    client = storage_client()
+    with _gcs_errors(where):
+        bucket = client.get_bucket(name)
+    placement = getattr(bucket, "data_locations", None) or ()
+    return bucket.location, bucket.location_type, tuple(str(place) for place in placement)
+
+
 def _reason(exc: Any) -> str:
     return str(getattr(exc, "message", None) or exc)
 

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from tpuctl.cli.format import Style
 from tpuctl.cli.views.table import Column, render
-from tpuctl.plan import Plan
+from tpuctl.plan import CheckpointMode, Plan
 from tpuctl.spec.results import Rendered, Validation
 
 SIZE_COLUMNS = (Column(""), Column("PER SLICE", align="right"), Column("TOTAL", align="right"))
+MODE_COLUMNS = (
+    Column("MODE"),
+    Column("INTERVAL", align="right"),
+    Column("STEPS", align="right"),
+    Column("LOST/FAILURE", align="right"),
+    Column("LOST STEPS", align="right"),
+    Column("WASTE", align="right"),
+)
 
 
 def validation_view(result: Validation, _style: Style) -> str:
@@ -61,7 +70,34 @@ def plan_view(result: Plan, style: Style) -> str:
             f"  waste at Daly's τ:     {check.waste_fraction:.1%}",
             f"  lost work per failure: {duration(check.lost_work_per_failure_seconds)}",
         ]
+        if check.modes:
+            lines += ["", "Periodic against continuous checkpointing:"]
+            rows = [_mode_row(mode, check.selected, duration) for mode in check.modes]
+            width = None if style.width is None else max(20, style.width - 2)
+            table = render(MODE_COLUMNS, rows, width=width)
+            lines += [f"  {line}" for line in table.splitlines()]
         lines += [f"  {note}" for note in check.notes]
+    if result.bucket is not None:
+        bucket = result.bucket
+        where = bucket.location or "unknown"
+        lines += ["", f"Checkpoint bucket {bucket.bucket}: {where}, slices in {bucket.region}"]
     if result.notes:
         lines += ["", *(f"note: {note}" for note in result.notes)]
+    lines += [f"warning: {warning}" for warning in result.warnings]
     return text + "".join(line + "\n" for line in lines)
+
+
+def _mode_row(
+    mode: CheckpointMode, selected: str, duration: Callable[[float], str]
+) -> list[object]:
+    steps = "" if mode.interval_steps is None else f"{mode.interval_steps} steps"
+    lost = mode.lost_steps_per_failure
+    lost_steps = "" if lost is None else f"{lost:.1f}"
+    return [
+        mode.mode + (" (the spec's)" if mode.mode == selected else ""),
+        duration(mode.interval_seconds),
+        steps,
+        duration(mode.lost_work_per_failure_seconds),
+        lost_steps,
+        f"{mode.waste_fraction:.1%}",
+    ]
