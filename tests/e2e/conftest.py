@@ -21,7 +21,7 @@ from tests.support import AMBIENT, Outcome, invoke, wait_for
 REPO = Path(__file__).resolve().parents[2]
 TOY_TRAIN = REPO / "scripts" / "toy_train.py"
 # `tpuctl up` flags that make the babysitter react within a second on the sped-up emulator.
-FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--failure-confirm", "1")
+FAST_UP = ("--poll", "0.5", "--job-check-every", "1", "--settle", "1")
 
 
 @dataclass
@@ -157,16 +157,24 @@ def make_job(project: Project) -> Iterator[Callable[..., Job]]:
         extra_args: str = "",
         max_preemptions: int = 3,
         max_failures: int = 0,
+        conventionless: bool = False,
+        elsewhere: bool = True,
     ) -> Job:
+        """`conventionless`: the trainer prints nothing, writes no done marker and keeps its
+        checkpoints where its own --checkpoint-dir says: `elsewhere` than the spec's
+        checkpoint.dir, or (elsewhere=False) the same place, named in the command."""
         name = f"e2e-{uuid.uuid4().hex[:8]}"
         checkpoint_dir = tmp_path / f"ckpt-{name}"
         trainer = [
             "--steps", str(steps), "--checkpoint-every", str(checkpoint_every), "--seed", "7",
         ]  # fmt: skip
         trainer += extra_args.split()
-        command = " ".join(
-            ["python3", "toy_train.py", *trainer, "--step-seconds", str(step_seconds)]
-        )
+        words = ["python3", "toy_train.py", *trainer, "--step-seconds", str(step_seconds)]
+        checkpoints = checkpoint_dir
+        if conventionless:
+            checkpoints = tmp_path / f"own-{name}" if elsewhere else checkpoint_dir
+            words += ["--quiet", "--done-marker", "''", "--checkpoint-dir", str(checkpoints)]
+        command = " ".join(words)
         spec = tmp_path / f"{name}.yaml"
         spec.write_text(
             f"""apiVersion: tpuctl/v1
@@ -194,7 +202,7 @@ recovery:
             project=project,
             name=name,
             spec=spec,
-            checkpoint_dir=checkpoint_dir,
+            checkpoint_dir=checkpoints,
             steps=steps,
             trainer_args=trainer,
             slices=slices,

@@ -12,6 +12,7 @@ from tpuctl.fanout import remote
 from tpuctl.fanout.engine import EventCallback
 from tpuctl.fanout.operations import Fleet, run_command, start_detached, upload
 from tpuctl.fanout.results import FanoutResult
+from tpuctl.spec.command import FLAGS_PLACEHOLDER, place_flags
 from tpuctl.spec.model import Spec
 
 Progress = Callable[[str], None]
@@ -68,8 +69,13 @@ def run_job(
     run.steps["free-tpu"] = run_command(fleet, remote.free_tpu_script(), on_event=on_event)
     if run.result.exit_code:
         return run
-    command = remote.env_exports(job.env) + f"exec bash -c {shlex.quote(job.command)}"
-    say(f"starting: {job.command}")
+    line = job.command
+    if FLAGS_PLACEHOLDER in line:
+        # Like multihost_runner, run adds no framework flags: {flags} is for the startup script.
+        say(f"{FLAGS_PLACEHOLDER} left empty: tpuctl run adds no framework flags (tpuctl up does)")
+        line = place_flags(line, "")
+    command = remote.env_exports(job.env) + f"exec bash -c {shlex.quote(line)}"
+    say(f"starting: {line}")
     started = start_detached(fleet, command, workdir=workdir, on_event=on_event)
     run.steps["start"] = started
     run.run_id = started.run
