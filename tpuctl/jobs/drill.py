@@ -37,6 +37,7 @@ from tpuctl.jobs.adapters import (
     WorkerStatus,
 )
 from tpuctl.jobs.drill_verdict import DrillReport, judge, judge_checkpoints
+from tpuctl.jobs.drill_wait import DrillWaits
 from tpuctl.storage.logs import LogFacts, compile_step_pattern, parse_log
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class Drill:
         self._fleet: Fleet | None = None
         self._deadline = 0.0
         self._job_spec = spec if spec is not None else _bare_spec(name)
+        self.waits = DrillWaits(self)
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -143,7 +145,7 @@ class Drill:
             self._fleet = self.fleet_factory()
         return self._fleet
 
-    def _left(self, what: str) -> None:
+    def left(self, what: str) -> None:
         if self.clock.monotonic() > self._deadline:
             raise DeadlineError(
                 f"drill on {self.name}: gave up after {self.options.timeout:g} s "
@@ -153,21 +155,21 @@ class Drill:
                 waiting_for=what,
             )
 
-    def _statuses(self) -> list[WorkerStatus]:
+    def statuses(self) -> list[WorkerStatus]:
         try:
             return list(self.jobs.job_status(self.fleet, self._job_spec))
         except TpuctlError:
             self._fleet = None
             return []
 
-    def _read(self, target: WorkerTarget, boot: int | None) -> str:
+    def read(self, target: WorkerTarget, boot: int | None) -> str:
         try:
             return self.jobs.read_log(self.fleet, self._job_spec, target, boot)
         except TpuctlError:
             return ""
 
-    def _facts(self, target: WorkerTarget, boot: int | None = None) -> LogFacts:
-        return parse_log(self._read(target, boot), self.pattern)
+    def facts(self, target: WorkerTarget, boot: int | None = None) -> LogFacts:
+        return parse_log(self.read(target, boot), self.pattern)
 
     # ------------------------------------------------------------------------------ the drill
 
@@ -187,7 +189,7 @@ class Drill:
         )
         state = self.qr.observe().state
         while state in QUEUE_STATES or state == "PROVISIONING":  # still coming up: wait
-            self._left(f"{self.name} to be ACTIVE")
+            self.left(f"{self.name} to be ACTIVE")
             self.clock.sleep(self.options.poll)
             state = self.qr.observe().state
         if state != "ACTIVE":
@@ -200,7 +202,7 @@ class Drill:
         target_slice = self._target_slice()
         observer = self._observer(target_slice)
         report.observer = observer.label
-        before = self._preflight(report, observer)
+        before = self.waits.preflight(report, observer)
         before_steps = set(self.record.complete_steps()) if self.record else set()
         report.checkpoint_before = max(before_steps) if before_steps else None
         self.emit(
@@ -229,7 +231,7 @@ class Drill:
         old_text = ""
         if kind == "preempt":
             old_text = self._recover_preemption()
-        after = self._wait_back(before)
+        after = self.waits.wait_back(before)
         report.recovered_at = self.clock.now()
         report.recovery_seconds = self.clock.monotonic() - triggered
         report.boots_before = {label: boot for label, (boot, _pid) in before.items()}
@@ -238,15 +240,15 @@ class Drill:
             at_restart = set(self.record.complete_steps()) if self.record else set()
             resumed_from = max(at_restart) if at_restart else None
             self._recovered(report, resumed_from)
-            self._wait_new_checkpoint(resumed_from)
+            self.waits.wait_new_checkpoint(resumed_from)
             judge_checkpoints(report, before_steps=before_steps, at_restart=at_restart)
         else:
             if kind != "preempt":
-                old_text = self._read(observer, observer_status[0])
+                old_text = self.read(observer, observer_status[0])
             # The same worker, looked up again: after a preemption (or a replaced slice) it is
             # a new VM with a new host key, and the old target would fail verification.
             observer = self._observer(target_slice)
-            new_facts = self._wait_new_steps(observer)
+            new_facts = self.waits.wait_new_steps(observer)
             self._recovered(report, new_facts.resume_point)
             after_steps = set(self.record.complete_steps()) if self.record else set()
             judge(
@@ -306,75 +308,6 @@ class Drill:
                 return others[0]
         return targets[0]
 
-    def _preflight(
-        self, report: DrillReport, observer: WorkerTarget
-    ) -> dict[str, tuple[int | None, int | None]]:
-        """Wait until every worker runs the job and its progress shows: the observer logged two
-        steps apart, or (a log with no step lines it recognises) a committed checkpoint."""
-        first: tuple[int, float] | None = None
-        running_since: float | None = None
-        first_checkpoint: int | None = None
-        while True:
-            self._left("the job to be running on every worker, its progress showing")
-            statuses = self._statuses()
-            now = self.clock.monotonic()
-            if statuses and all(s.state == "running" for s in statuses):
-                running_since = now if running_since is None else running_since
-                boots = {s.label: (s.boot, s.pid) for s in statuses}
-                facts = self._facts(observer)
-                if facts.last_step is not None:
-                    if first is None:
-                        first = (facts.last_step, now)
-                    elif facts.last_step > first[0]:
-                        report.step_before_trigger = facts.last_step
-                        report.step_seconds = (now - first[1]) / (facts.last_step - first[0])
-                        return boots
-                elif facts.step_lines == 0:
-                    latest = self._latest_checkpoint()
-                    first_checkpoint = first_checkpoint if first_checkpoint else latest
-                    advanced = latest is not None and latest != first_checkpoint
-                    if advanced or now - running_since >= self.options.progress_patience:
-                        if latest is None:
-                            raise self._blind(observer)
-                        report.progress_from = "checkpoints"
-                        report.step_before_trigger = latest
-                        report.notes.append(
-                            f"no step lines in the log of worker {observer.label} match "
-                            f"{self.pattern.pattern!r}: progress read from committed "
-                            "checkpoints, so steps between checkpoints are not visible"
-                        )
-                        return boots
-            elif statuses and all(s.state == "done" for s in statuses):
-                raise TpuctlError(
-                    f"drill on {self.name}: the job has already finished; nothing to disrupt",
-                    name=self.name,
-                )
-            else:
-                running_since = None
-            self.clock.sleep(self.options.poll)
-
-    def _latest_checkpoint(self) -> int | None:
-        steps = self.record.complete_steps() if self.record is not None else ()
-        return max(steps) if steps else None
-
-    def _blind(self, observer: WorkerTarget) -> TpuctlError:
-        """Neither step lines nor checkpoints: say what was looked for, and where."""
-        where = (
-            f"no committed checkpoint under {self.record.location}"
-            if self.record is not None and self.record.location
-            else "no checkpoint.dir to look in (no spec, or none in it)"
-        )
-        return TpuctlError(
-            f"drill on {self.name}: cannot see the job's progress after "
-            f"{self.options.progress_patience:g} s of it running: no line in the log of worker "
-            f"{observer.label} matches {self.pattern.pattern!r}, and {where}",
-            hint="give --step-pattern a regular expression whose first group is the step number "
-            "in your trainer's log lines, or set checkpoint.dir where the job writes its "
-            "checkpoints",
-            name=self.name,
-            waiting_for="progress",
-        )
-
     def _trigger(self, target_slice: int) -> None:
         kind = self.options.kind
         qr_name = self.qr.resource
@@ -394,7 +327,7 @@ class Drill:
         """Wait for SUSPENDED; read what the old boot logged; recreate (unless external)."""
         seen_gone = False
         while True:
-            self._left("the queued resource to be SUSPENDED after the preemption")
+            self.left("the queued resource to be SUSPENDED after the preemption")
             state = self.qr.observe().state
             if state in ("SUSPENDED", GONE) or (
                 self.options.external_recovery and state not in ("ACTIVE", "SUSPENDING")
@@ -403,11 +336,11 @@ class Drill:
                 break
             self.clock.sleep(self.options.poll)
         observer = self._observer(0)
-        old_text = self._read(observer, None) if not seen_gone else ""
+        old_text = self.read(observer, None) if not seen_gone else ""
         if self.options.external_recovery:
             self.emit("drill.waiting", f"waiting for tpuctl up to recreate {self.name}")
             while True:
-                self._left("tpuctl up to recreate the queued resource (--external-recovery)")
+                self.left("tpuctl up to recreate the queued resource (--external-recovery)")
                 state = self.qr.observe().state
                 if state not in SUSPENDED_STATES and state != GONE:
                     seen_gone = True
@@ -428,58 +361,6 @@ class Drill:
         self.jobs.deliver_and_start(self.fleet, self.spec)
         self.emit("job.started", f"{self.name}: job delivered and started", drill=True)
         return old_text
-
-    def _wait_back(
-        self, before: dict[str, tuple[int | None, int | None]]
-    ) -> dict[str, tuple[int | None, int | None]]:
-        """Every worker running (or done) a new boot of the job: another (boot, pid) than
-        before on each; a disk that waits for the code gets it (unless tpuctl up does that)."""
-        delivered_at = -1e9
-        while True:
-            self._left("the job to run again on every worker with a new boot")
-            statuses = self._statuses()
-            now = self.clock.monotonic()
-            if statuses:
-                waiting = any(s.state == "waiting-for-code" for s in statuses)
-                if (
-                    waiting
-                    and not self.options.external_recovery
-                    and self.spec is not None
-                    and now - delivered_at > 15.0
-                ):
-                    self.jobs.deliver_and_start(self.fleet, self.spec)
-                    delivered_at = now
-                current = {s.label: (s.boot, s.pid) for s in statuses}
-                # Every slice restarts (multislice repair restarts the others too); a killed
-                # worker's status file still says running with its old pid until it reboots.
-                fresh = all(current[label] != before.get(label) for label in current)
-                if fresh and all(s.state in ("running", "done") for s in statuses):
-                    return current
-            self.clock.sleep(self.options.poll)
-
-    def _wait_new_steps(self, observer: WorkerTarget) -> LogFacts:
-        while True:
-            self._left("the job to log steps after the restart")
-            facts = self._facts(observer)
-            if facts.step_lines > 0 and facts.resume_point is not None:
-                return facts
-            statuses = self._statuses()
-            if statuses and all(s.state == "done" for s in statuses):
-                return facts
-            self.clock.sleep(self.options.poll)
-
-    def _wait_new_checkpoint(self, resumed_from: int | None) -> None:
-        """Progress after the restart, seen without step lines: a checkpoint past the one the
-        job resumed from, or the job done."""
-        while True:
-            self._left("a new committed checkpoint after the restart")
-            latest = self._latest_checkpoint()
-            if latest is not None and (resumed_from is None or latest > resumed_from):
-                return
-            statuses = self._statuses()
-            if statuses and all(s.state == "done" for s in statuses):
-                return
-            self.clock.sleep(self.options.poll)
 
     # ------------------------------------------------------------------------------ verdict
 

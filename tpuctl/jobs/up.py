@@ -4,9 +4,10 @@ recover it until it is done.
 Decisions, in the order they are checked on every poll:
 
 * the done marker (or every worker reporting `done`) → delete the QR unless kept; exit 0;
-* the QR SUSPENDED (spot preemption), or FAILED after it was ACTIVE → delete it (force) and
-  create it again from the same spec (same run name, so the job resumes), wait, deliver and
-  start; counts against `recovery.max_preemptions` (exhausted → PreemptedError, exit 7);
+* the QR side (tpuctl.jobs.qr_watch): SUSPENDED (spot preemption), or FAILED after it was
+  ACTIVE → delete it (force) and create it again from the same spec (same run name, so the
+  job resumes), wait, deliver and start; counts against `recovery.max_preemptions`
+  (exhausted → PreemptedError, exit 7);
 * the job side (tpuctl.jobs.job_watch), once every worker has ended the job: an exit followed
   by a reboot, maintenance or repair is a disruption (the job resumes), whatever its code; with
   nothing disturbing the nodes for `settle` seconds, every worker having exited 0 in the same
@@ -30,13 +31,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tpuctl.clock import Clock
-from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
+from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchPolicy
 from tpuctl.envelope import Result
 from tpuctl.errors import (
     DeadlineError,
     Interrupted,
     NotFoundError,
-    PreemptedError,
     QueuedResourceFailed,
     TpuctlError,
 )
@@ -49,6 +49,7 @@ from tpuctl.jobs.adapters import (
     StorageJobRecord,
 )
 from tpuctl.jobs.job_watch import JobDone, JobWatch
+from tpuctl.jobs.qr_watch import QrWatch
 
 if TYPE_CHECKING:
     from tpuctl.fanout.operations import Fleet
@@ -146,11 +147,9 @@ class Babysitter:
         self.on_event = on_event or (lambda _event: None)
         self.rng = rng or random.Random()
         self.result = UpResult(name=self.name, outcome="running")
-        self.state: str | None = None
-        self.ever_active = False
         self.job = JobWatch(self)
+        self.qr_watch = QrWatch(self)
         self._fleet: Fleet | None = None
-        self._fast_polls = 0
 
     # --------------------------------------------------------------------------- plumbing
 
@@ -211,7 +210,7 @@ class Babysitter:
         """Whatever made `up` give up (a budget, a crash loop, FAILED), the queued resource is
         not left billing: deleted unless --keep, and said so. (A FAILED one can still hold
         ACTIVE slices. Deadlines are handled by the wait, Ctrl-C leaves it on purpose.)"""
-        if self.state == GONE or isinstance(error, DeadlineError):
+        if self.qr_watch.state == GONE or isinstance(error, DeadlineError):
             return
         if self.options.keep:
             command = self.qr.delete_command()
@@ -229,7 +228,7 @@ class Babysitter:
             )
             error.details["deleted"] = False
             return
-        self.state = GONE
+        self.qr_watch.state = GONE
         self.emit("qr.deleted", f"deleted {self.name}: gave up ({error.kind})", reason="gave up")
         error.details["deleted"] = True
 
@@ -243,7 +242,7 @@ class Babysitter:
         )
 
     def _interrupted(self) -> Interrupted:
-        state = self.state or "unknown"
+        state = self.qr_watch.state or "unknown"
         resume = self.options.resume_hint or f"tpuctl up {self.spec.source}"
         delete = self.qr.delete_command()
         return Interrupted(
@@ -263,7 +262,7 @@ class Babysitter:
         if self.record.is_done():
             self.emit("job.done", f"{self.name}: the done marker exists already", already=True)
             raise JobDone
-        existed = self._bring_up()
+        existed = self.qr_watch.bring_up()
         self.job.start(resume_existing=existed)
         while True:
             self.clock.sleep(self._next_delay())
@@ -271,8 +270,8 @@ class Babysitter:
 
     def _next_delay(self) -> float:
         now = self.clock.monotonic()
-        if self._fast_polls > 0 or self.job.awaiting_running_since is not None:
-            self._fast_polls = max(0, self._fast_polls - 1)
+        if self.qr_watch.fast_polls > 0 or self.job.awaiting_running_since is not None:
+            self.qr_watch.fast_polls = max(0, self.qr_watch.fast_polls - 1)
             delay = self.rng.uniform(0.5, 1.0)
         elif self.options.poll is not None:
             delay = self.options.poll
@@ -284,7 +283,8 @@ class Babysitter:
     def _poll_once(self) -> None:
         self.check_stop()
         observation = self.qr.observe()
-        changed = self._saw_state(observation.state, observation.initiator, observation.failure)
+        watch = self.qr_watch
+        changed = watch.saw_state(observation.state, observation.initiator, observation.failure)
         if self.record.is_done():
             self.emit("job.done", f"{self.name}: the done marker appeared")
             raise JobDone
@@ -295,8 +295,8 @@ class Babysitter:
                 hint=f"create it again with: {self.options.resume_hint or 'tpuctl up SPEC'}",
                 name=self.name,
             )
-        if state == "SUSPENDED" or (state == "FAILED" and self.ever_active):
-            self._recover_qr(state, observation.initiator, observation.failure)
+        if state == "SUSPENDED" or (state == "FAILED" and self.qr_watch.ever_active):
+            self.qr_watch.recover(state, observation.initiator, observation.failure)
             return
         if state == "FAILED":
             raise QueuedResourceFailed(
@@ -306,155 +306,10 @@ class Babysitter:
                 state=state,
             )
         if state in SUSPENDED_STATES:  # SUSPENDING: SUSPENDED follows within seconds
-            self._fast_polls = 3
+            self.qr_watch.fast_polls = 3
             return
         if state == "ACTIVE" and (changed or self.clock.monotonic() >= self.job.next_check):
             self.job.check()
-
-    def _saw_state(self, state: str, initiator: str | None, failure: str | None) -> bool:
-        if state == self.state:
-            return False
-        previous = self.state
-        self.state = state
-        if state == "ACTIVE":
-            self.ever_active = True
-        self._fast_polls = 3
-        why = f" (initiated by {initiator})" if initiator and state in SUSPENDED_STATES else ""
-        why += f": {failure}" if failure and state == "FAILED" else ""
-        arrow = f"{previous} → {state}" if previous else state
-        self.emit(
-            "qr.state",
-            f"{self.name}: {arrow}{why}",
-            state=state,
-            previous=previous,
-            initiator=initiator,
-            failure=failure,
-        )
-        return True
-
-    def _on_watch(self, event: WatchEvent) -> None:
-        if event.kind == "state":
-            observation = event.observation
-            self._saw_state(
-                event.state,
-                observation.initiator if observation else None,
-                observation.failure if observation else None,
-            )
-        elif event.kind == "warning":
-            self.emit("qr.warning", f"{self.name}: {event.message}", state=event.state)
-
-    # --------------------------------------------------------------------------- the QR
-
-    def _bring_up(self) -> bool:
-        """Create (or accept) the QR and wait for ACTIVE; recreate it on preemption.
-
-        Returns whether an ACTIVE QR existed already (the job may be running on it).
-        """
-        existed_active = False
-        existing = self.qr.observe()
-        if existing.state != GONE:
-            self._saw_state(existing.state, existing.initiator, existing.failure)
-            if existing.state in SUSPENDED_STATES:
-                self._recover_qr(existing.state, existing.initiator, None, restart_job=False)
-                return False
-            existed_active = existing.state == "ACTIVE"
-        created = self.qr.create()
-        if created.action == "created":
-            self.emit("qr.created", f"created {self.name}", request_id=created.request_id)
-        else:
-            seen = created.queued_resource.state if created.queued_resource else None
-            self.emit(
-                "qr.exists", f"{self.name} exists from this spec ({seen}); using it", state=seen
-            )
-        try:
-            self._wait_active()
-        except PreemptedError as error:
-            self._recover_qr(str(error.details.get("state") or "SUSPENDED"), None, None, False)
-            return False
-        except QueuedResourceFailed as error:
-            if not self.ever_active:
-                raise
-            self._recover_qr("FAILED", None, error.details.get("reason"), restart_job=False)
-            return False
-        return existed_active
-
-    def _wait_active(self) -> None:
-        options = self.options
-        policy = WatchPolicy(
-            until="ACTIVE",
-            queue_timeout=options.queue_timeout,
-            provision_timeout=options.provision_timeout,
-        )
-        self.qr.wait(
-            policy,
-            keep_on_timeout=options.keep_on_timeout,
-            on_event=self._on_watch,
-            clock=self.clock,
-        )
-        self.ever_active = True
-        self.forget_fleet()  # new workers (or host keys) after a (re)create
-
-    def _recover_qr(
-        self,
-        state: str,
-        initiator: str | None,
-        failure: str | None,
-        restart_job: bool = True,
-    ) -> None:
-        """Delete a SUSPENDED (or FAILED after ACTIVE) QR and create it again."""
-        max_preemptions = self.spec.recovery.max_preemptions
-        self.result.preemptions += 1
-        count = self.result.preemptions
-        checkpoint = self.record.latest_checkpoint()
-        last = self.job.last_step
-        cause = "spot preemption" if state in SUSPENDED_STATES else f"{state}: {failure}"
-        self.emit(
-            "preemption.detected",
-            f"{self.name} is {state} ({cause}"
-            + (f", initiated by {initiator}" if initiator else "")
-            + f"); recovery {count} of {max_preemptions}",
-            state=state,
-            initiator=initiator,
-            failure=failure,
-            count=count,
-            budget=max_preemptions,
-            checkpoint_step=checkpoint[0] if checkpoint else None,
-            last_step=last[0] if last else None,
-            last_step_at=last[1] if last else None,
-            step_seconds=self.job.step_seconds,
-        )
-        self.job.disruption = "preemption"
-        self.qr.delete()
-        self.state = GONE
-        if count > max_preemptions:
-            self.emit(
-                "qr.deleted",
-                f"deleted {self.name}: a {state} queued resource is never re-allocated",
-                reason="preemption budget exhausted",
-            )
-            raise PreemptedError(
-                f"{self.name} was preempted {count} times; recovery.max_preemptions is "
-                f"{max_preemptions}: gave up (the queued resource was deleted)",
-                hint="raise recovery.max_preemptions, or use another capacity tier",
-                name=self.name,
-                preemptions=count,
-            )
-        self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="recreate")
-        created = self.qr.create()
-        self.emit(
-            "qr.recreated",
-            f"created {self.name} again (same run name, so the job resumes)",
-            count=count,
-            request_id=created.request_id,
-        )
-        try:
-            self._wait_active()
-        except PreemptedError as error:
-            self._recover_qr(str(error.details.get("state") or "SUSPENDED"), None, None, False)
-        except QueuedResourceFailed as error:
-            self._recover_qr("FAILED", None, error.details.get("reason"), restart_job=False)
-        if restart_job:
-            self.job.start(resume_existing=False)
 
     def _finish(self) -> None:
         checkpoint = self.record.latest_checkpoint()
@@ -464,5 +319,5 @@ class Babysitter:
             return
         deleted = self.qr.delete()
         self.result.deleted = deleted.action in ("deleted", "delete_requested")
-        self.state = GONE
+        self.qr_watch.state = GONE
         self.emit("qr.deleted", f"deleted {self.name}: the job is done", reason="done")

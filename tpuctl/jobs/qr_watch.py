@@ -1,0 +1,174 @@
+"""The queued-resource side of `tpuctl up`: follow its state, bring it up, and recreate it
+after a spot preemption (or a FAILED after ACTIVE), counting against the preemption budget.
+
+`QrWatch` belongs to one Babysitter (tpuctl.jobs.up), whose injected QR operations, record,
+journal and clock it uses; the job side is tpuctl.jobs.job_watch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
+from tpuctl.errors import PreemptedError, QueuedResourceFailed
+
+if TYPE_CHECKING:
+    from tpuctl.jobs.up import Babysitter
+
+
+class QrWatch:
+    """The queued resource's state as `up` last saw it, and the recoveries it ran."""
+
+    def __init__(self, owner: Babysitter) -> None:
+        self.owner = owner
+        self.state: str | None = None
+        self.ever_active = False
+        self.fast_polls = 0  # polls to make quickly after a change
+
+    def saw_state(self, state: str, initiator: str | None, failure: str | None) -> bool:
+        owner = self.owner
+        if state == self.state:
+            return False
+        previous = self.state
+        self.state = state
+        if state == "ACTIVE":
+            self.ever_active = True
+        self.fast_polls = 3
+        why = f" (initiated by {initiator})" if initiator and state in SUSPENDED_STATES else ""
+        why += f": {failure}" if failure and state == "FAILED" else ""
+        arrow = f"{previous} → {state}" if previous else state
+        owner.emit(
+            "qr.state",
+            f"{owner.name}: {arrow}{why}",
+            state=state,
+            previous=previous,
+            initiator=initiator,
+            failure=failure,
+        )
+        return True
+
+    def on_watch(self, event: WatchEvent) -> None:
+        owner = self.owner
+        if event.kind == "state":
+            observation = event.observation
+            self.saw_state(
+                event.state,
+                observation.initiator if observation else None,
+                observation.failure if observation else None,
+            )
+        elif event.kind == "warning":
+            owner.emit("qr.warning", f"{owner.name}: {event.message}", state=event.state)
+
+    def bring_up(self) -> bool:
+        """Create (or accept) the QR and wait for ACTIVE; recreate it on preemption.
+
+        Returns whether an ACTIVE QR existed already (the job may be running on it).
+        """
+        owner = self.owner
+        existed_active = False
+        existing = owner.qr.observe()
+        if existing.state != GONE:
+            self.saw_state(existing.state, existing.initiator, existing.failure)
+            if existing.state in SUSPENDED_STATES:
+                self.recover(existing.state, existing.initiator, None, restart_job=False)
+                return False
+            existed_active = existing.state == "ACTIVE"
+        created = owner.qr.create()
+        if created.action == "created":
+            owner.emit("qr.created", f"created {owner.name}", request_id=created.request_id)
+        else:
+            seen = created.queued_resource.state if created.queued_resource else None
+            owner.emit(
+                "qr.exists", f"{owner.name} exists from this spec ({seen}); using it", state=seen
+            )
+        try:
+            self.wait_active()
+        except PreemptedError as error:
+            self.recover(str(error.details.get("state") or "SUSPENDED"), None, None, False)
+            return False
+        except QueuedResourceFailed as error:
+            if not self.ever_active:
+                raise
+            self.recover("FAILED", None, error.details.get("reason"), restart_job=False)
+            return False
+        return existed_active
+
+    def wait_active(self) -> None:
+        owner = self.owner
+        options = owner.options
+        policy = WatchPolicy(
+            until="ACTIVE",
+            queue_timeout=options.queue_timeout,
+            provision_timeout=options.provision_timeout,
+        )
+        owner.qr.wait(
+            policy,
+            keep_on_timeout=options.keep_on_timeout,
+            on_event=self.on_watch,
+            clock=owner.clock,
+        )
+        self.ever_active = True
+        owner.forget_fleet()  # new workers (or host keys) after a (re)create
+
+    def recover(
+        self,
+        state: str,
+        initiator: str | None,
+        failure: str | None,
+        restart_job: bool = True,
+    ) -> None:
+        """Delete a SUSPENDED (or FAILED after ACTIVE) QR and create it again."""
+        owner = self.owner
+        max_preemptions = owner.spec.recovery.max_preemptions
+        owner.result.preemptions += 1
+        count = owner.result.preemptions
+        checkpoint = owner.record.latest_checkpoint()
+        last = owner.job.last_step
+        cause = "spot preemption" if state in SUSPENDED_STATES else f"{state}: {failure}"
+        owner.emit(
+            "preemption.detected",
+            f"{owner.name} is {state} ({cause}"
+            + (f", initiated by {initiator}" if initiator else "")
+            + f"); recovery {count} of {max_preemptions}",
+            state=state,
+            initiator=initiator,
+            failure=failure,
+            count=count,
+            budget=max_preemptions,
+            checkpoint_step=checkpoint[0] if checkpoint else None,
+            last_step=last[0] if last else None,
+            last_step_at=last[1] if last else None,
+            step_seconds=owner.job.step_seconds,
+        )
+        owner.job.disruption = "preemption"
+        owner.qr.delete()
+        self.state = GONE
+        if count > max_preemptions:
+            owner.emit(
+                "qr.deleted",
+                f"deleted {owner.name}: a {state} queued resource is never re-allocated",
+                reason="preemption budget exhausted",
+            )
+            raise PreemptedError(
+                f"{owner.name} was preempted {count} times; recovery.max_preemptions is "
+                f"{max_preemptions}: gave up (the queued resource was deleted)",
+                hint="raise recovery.max_preemptions, or use another capacity tier",
+                name=owner.name,
+                preemptions=count,
+            )
+        owner.emit("qr.deleted", f"deleted {owner.name} to recreate it", reason="recreate")
+        created = owner.qr.create()
+        owner.emit(
+            "qr.recreated",
+            f"created {owner.name} again (same run name, so the job resumes)",
+            count=count,
+            request_id=created.request_id,
+        )
+        try:
+            self.wait_active()
+        except PreemptedError as error:
+            self.recover(str(error.details.get("state") or "SUSPENDED"), None, None, False)
+        except QueuedResourceFailed as error:
+            self.recover("FAILED", None, error.details.get("reason"), restart_job=False)
+        if restart_job:
+            owner.job.start(resume_existing=False)
