@@ -13,6 +13,23 @@ from tpuctl.topology import FAMILIES
 T = TypeVar("T")
 GENERATIONS: tuple[str, ...] = tuple(family.generation for family in FAMILIES)
 DEFAULT_CAPACITY_CHIPS = 16384  # per generation: room for 64 × v4-128 with plenty to spare
+# What ListLocations answers: zones that offer Cloud TPU. A create names its zone freely (the
+# emulator checks no zone names), but `--all-zones` finds only QRs in these.
+DEFAULT_ZONES: tuple[str, ...] = (
+    "asia-east1-c",
+    "asia-northeast1-b",
+    "europe-west4-a",
+    "europe-west4-b",
+    "us-central1-a",
+    "us-central1-b",
+    "us-central1-c",
+    "us-central2-b",
+    "us-east1-d",
+    "us-east5-a",
+    "us-east5-b",
+    "us-south1-a",
+    "us-west4-a",
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class EmulatorConfig:
     ssh_port: int = 0
     delays: Delays = field(default_factory=Delays)
     ssh_server: str = "asyncssh"
+    zones: tuple[str, ...] = DEFAULT_ZONES
 
 
 _DURATION = re.compile(r"^\+?\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")

@@ -7,10 +7,19 @@ import re
 
 from tpuctl.emulator.status import invalid
 
+PROJECT = re.compile(r"^projects/([^/]+)$")
 PARENT = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")
 _CHILD = re.compile(r"^projects/([^/]+)/locations/([^/]+)/([A-Za-z]+)/([^/]+)$")
 QR_ID = re.compile(r"^[A-Za-z0-9_.~+%-]+$")
 NODE_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # GCE naming
+
+
+def parse_project(name: str) -> str:
+    """`projects/p` → p (the name ListLocations takes); INVALID_ARGUMENT otherwise."""
+    match = PROJECT.match(name)
+    if match is None:
+        raise invalid(f'Invalid name "{name}": expected projects/PROJECT')
+    return match.group(1)
 
 
 def parse_parent(parent: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
@@ -21,6 +22,7 @@ log = logging.getLogger("tpuctl.emulator")
 
 TPU_SERVICE = "google.cloud.tpu.v2alpha1.Tpu"
 OPERATIONS_SERVICE = "google.longrunning.Operations"
+LOCATIONS_SERVICE = "google.cloud.location.Locations"
 
 
 class ApiFaults:
@@ -159,14 +161,34 @@ class TpuServicer:
                 lambda r: _empty(cloud.cancel_operation, r.name),
             ),
         }
-        operation_handlers = {
-            method: self._unary(method, request_type.FromString, fn, _serialize_pb)
-            for method, (request_type, fn) in operations.items()
+        locations = {
+            "ListLocations": (
+                locations_pb2.ListLocationsRequest,
+                lambda r: cloud.list_locations(r.name, r.filter, r.page_size, r.page_token),
+            ),
+            "GetLocation": (
+                locations_pb2.GetLocationRequest,
+                lambda r: cloud.get_location(r.name),
+            ),
         }
         return [
             grpc.method_handlers_generic_handler(TPU_SERVICE, tpu_handlers),
-            grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, operation_handlers),
+            grpc.method_handlers_generic_handler(
+                OPERATIONS_SERVICE, self._plain_handlers(operations)
+            ),
+            grpc.method_handlers_generic_handler(
+                LOCATIONS_SERVICE, self._plain_handlers(locations)
+            ),
         ]
+
+    def _plain_handlers(
+        self, methods: dict[str, tuple[Any, Handler]]
+    ) -> dict[str, grpc.RpcMethodHandler]:
+        """Handlers of services whose messages are plain protobufs (not proto-plus)."""
+        return {
+            method: self._unary(method, request_type.FromString, fn, _serialize_pb)
+            for method, (request_type, fn) in methods.items()
+        }
 
     def _proto_plus(
         self, method: str, request_type: Any, fn: Handler, response_type: Any

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 
@@ -20,7 +21,7 @@ from tpuctl.emulator import faults, flows
 from tpuctl.emulator.clock import Clock
 from tpuctl.emulator.config import EmulatorConfig
 from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.names import parent_matches, parse_parent, worker_indexes
+from tpuctl.emulator.names import parent_matches, parse_parent, parse_project, worker_indexes
 from tpuctl.emulator.plane import WorkerPlaneAPI
 from tpuctl.emulator.protos import (
     copy_message,
@@ -31,7 +32,7 @@ from tpuctl.emulator.protos import (
 )
 from tpuctl.emulator.records import Initiator, NodeState, QrState, QueuedResourceRecord
 from tpuctl.emulator.runtime import Runtime
-from tpuctl.emulator.status import already_exists, invalid, precondition
+from tpuctl.emulator.status import already_exists, invalid, not_found, precondition
 from tpuctl.emulator.validation import validate_create
 
 DEFAULT_PAGE_SIZE = 500
@@ -55,6 +56,10 @@ def _page(items: list[T], page_size: int, page_token: str) -> tuple[list[T], str
     size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
     end = start + size
     return items[start:end], (str(end) if end < len(items) else "")
+
+
+def _location(project: str, zone: str) -> locations_pb2.Location:
+    return locations_pb2.Location(name=f"projects/{project}/locations/{zone}", location_id=zone)
 
 
 class CloudTpu:
@@ -266,6 +271,25 @@ class CloudTpu:
             faults.start_maintenance(rt, node, worker, "simulated")
             rt.operations.finish(operation, node_proto(node))
             return operation_proto(operation)
+
+    # ------------------------------------------------------------------------- locations
+    def list_locations(
+        self, name: str, filter_text: str, page_size: int, page_token: str
+    ) -> locations_pb2.ListLocationsResponse:
+        """The zones of `config.zones`, the same for every project."""
+        project = parse_project(name)
+        if filter_text:
+            raise invalid("filter is not supported by the emulator's ListLocations")
+        page, token = _page(list(self.config.zones), page_size, page_token)
+        return locations_pb2.ListLocationsResponse(
+            locations=[_location(project, zone) for zone in page], next_page_token=token
+        )
+
+    def get_location(self, name: str) -> locations_pb2.Location:
+        project, zone = parse_parent(name)
+        if zone not in self.config.zones:
+            raise not_found("location", name)
+        return _location(project, zone)
 
     # ------------------------------------------------------------------------ operations
     def get_operation(self, name: str) -> operations_pb2.Operation:
