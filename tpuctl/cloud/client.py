@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
@@ -222,6 +222,31 @@ class TpuApi:
 
     def _write_retry(self) -> Any:
         return make_retry(total_seconds=self.retry_total, reads=False)
+
+    def in_zone(self, zone: str) -> TpuApi:
+        """The same client, speaking about another zone of the same project."""
+        return replace(self, location=replace(self.location, zone=zone, zone_source="flag"))
+
+    def list_zones(self) -> list[str]:
+        """Every zone the TPU API offers the project (ListLocations, all pages), sorted."""
+        from google.cloud.location import locations_pb2
+
+        name = f"projects/{self.location.project}"
+        zones: set[str] = set()
+        token = ""
+        with api_errors("list the zones of", name):
+            while True:
+                request = locations_pb2.ListLocationsRequest(name=name, page_token=token)
+                response = self.client.list_locations(
+                    request=request, retry=self._read_retry(), timeout=self.rpc_timeout
+                )
+                zones.update(
+                    location.location_id or location.name.rsplit("/", 1)[-1]
+                    for location in response.locations
+                )
+                token = response.next_page_token
+                if not token:
+                    return sorted(zones)
 
     def qr_name(self, queued_resource_id: str) -> str:
         if queued_resource_id.startswith("projects/"):

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from tpuctl.cloud.zones import ZoneError, zones_error, zones_exit_code
 from tpuctl.envelope import Result
+from tpuctl.errors import ExitCode, TpuctlError
 from tpuctl.worker import JOB_LABEL, MANAGED_BY_LABEL, MANAGER, SPEC_HASH_LABEL
 
 UNSET_ENUMS = frozenset({"STATE_UNSPECIFIED", "STATE_INITIATOR_UNSPECIFIED", "HEALTH_UNSPECIFIED"})
@@ -201,11 +203,23 @@ class QueuedResourceEntry:
 
 @dataclass
 class QueuedResourceList(Result):
+    """`tpuctl list`: `zone` is the one zone listed (None with several, see `zones`); a zone
+    that could not be listed is in `zone_errors` and the command exits with its code."""
+
     KIND: ClassVar[str] = "QueuedResourceList"
     project: str
-    zone: str
+    zone: str | None
     all: bool
     queued_resources: list[QueuedResourceEntry]
+    zones: list[str] = field(default_factory=list)
+    zone_errors: list[ZoneError] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return zones_exit_code(self.zone_errors)
+
+    def exit_error(self) -> TpuctlError | None:
+        return zones_error(self.zone_errors, len(self.zones))
 
 
 def worker_of(index: int, endpoint: Any) -> WorkerAddress:

@@ -352,6 +352,23 @@ def delete(
             raise
     if not wait_until_gone:
         return DeleteResult(name, "delete_requested", force, state)
+    return wait_deleted(
+        api, name, force=force, state=state, timeout=timeout, on_event=on_event, clock=clock
+    )
+
+
+def wait_deleted(
+    api: TpuApi,
+    name: str,
+    *,
+    force: bool,
+    state: str | None,
+    timeout: float = DEFAULT_DELETE_TIMEOUT,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
+) -> DeleteResult:
+    """After a delete request: poll Get until NOT_FOUND (bounded). `state` is the state it was
+    in before the request, for the result."""
     policy = WatchPolicy(until=GONE, overall_timeout=timeout)
     watcher = Watcher(lambda: observe(api, name), policy, clock=clock, on_event=on_event)
     result = watcher.run()

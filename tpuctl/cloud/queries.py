@@ -4,6 +4,7 @@ its state; and the exact commands tpuctl tells people to run about it."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -11,6 +12,7 @@ from tpuctl.cloud import describe
 from tpuctl.cloud.client import TpuApi
 from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus
 from tpuctl.cloud.watcher import GONE, Observation
+from tpuctl.cloud.zones import ZoneAnswers, each_zone
 
 # States in which a queued resource has no nodes to look up.
 _NODELESS_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "SUSPENDED"})
@@ -45,19 +47,37 @@ def status(api: TpuApi, name: str, *, now: datetime | None = None) -> QueuedReso
     )
 
 
-def list_queued_resources(api: TpuApi, *, include_all: bool = False) -> QueuedResourceList:
-    """tpuctl's queued resources in the zone (all of them with include_all)."""
+def queued_resources_in_zones(
+    api: TpuApi, zones: Sequence[str], *, include_all: bool = False
+) -> ZoneAnswers[list[Any]]:
+    """tpuctl's queued resources (every one with include_all) of each zone, asked side by side."""
+
+    def listed(zone_api: TpuApi) -> list[Any]:
+        return [
+            qr for qr in zone_api.list_queued_resources() if include_all or describe.is_managed(qr)
+        ]
+
+    return each_zone(api, zones, listed)
+
+
+def list_queued_resources(
+    api: TpuApi, *, include_all: bool = False, zones: Sequence[str] | None = None
+) -> QueuedResourceList:
+    """tpuctl's queued resources in the API's zone, or in `zones` (all of them with
+    include_all); a zone that fails, when there are several, is in `zone_errors`."""
+    asked = list(zones) if zones else [api.location.zone]
+    found = queued_resources_in_zones(api, asked, include_all=include_all)
     entries = [
-        describe.list_entry(qr, api.location.zone)
-        for qr in api.list_queued_resources()
-        if include_all or describe.is_managed(qr)
+        describe.list_entry(qr, zone) for zone, listed in found.answers.items() for qr in listed
     ]
-    entries.sort(key=lambda entry: entry.name)
+    entries.sort(key=lambda entry: (entry.name, entry.zone or ""))
     return QueuedResourceList(
         project=api.location.project,
-        zone=api.location.zone,
+        zone=asked[0] if len(asked) == 1 else None,
         all=include_all,
         queued_resources=entries,
+        zones=asked,
+        zone_errors=found.errors,
     )
 
 
