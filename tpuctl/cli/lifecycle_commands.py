@@ -20,15 +20,18 @@ from tpuctl.cli.options import (
     ssh_settings,
     worker_ssh_options,
     yes_option,
+    zones_options,
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import WaitProgress
 from tpuctl.cli.targets import (
     Target,
     connect_api,
+    connect_zones,
     load_spec_warned,
     resolve_location_for,
     resolve_target,
+    warn_zone_errors,
 )
 from tpuctl.cli.views import lifecycle as views
 from tpuctl.cloud.watcher import TARGETS
@@ -203,16 +206,32 @@ def status(
 @click.command("list")
 @click.option("--all", "include_all", is_flag=True, default=False, help="Not only tpuctl's.")
 @project_zone_options
+@zones_options
 @impersonate_option
 @output_option
 def list_command(
-    *, include_all: bool, project: str | None, zone: str | None, impersonate: str | None
+    *,
+    include_all: bool,
+    project: str | None,
+    zone: str | None,
+    zones: str | None,
+    all_zones: bool,
+    impersonate: str | None,
 ) -> None:
-    """List tpuctl's queued resources in the zone (every one with --all)."""
+    """List tpuctl's queued resources in the zone (every one with --all).
+
+    With --zones or --all-zones the zones are asked side by side and the table gets a ZONE
+    column; a zone that cannot be listed is a warning, the others are still listed, and the
+    command then exits with that zone's code (8 permission, 1 other errors; the highest of
+    several).
+    """
     from tpuctl.cloud import queries
 
-    api = connect_api(resolve_location_for(project, zone, None), impersonate)
-    emit(queries.list_queued_resources(api, include_all=include_all), views.list_view)
+    app = app_context()
+    api, asked = connect_zones(project, zone, zones, all_zones, impersonate)
+    result = queries.list_queued_resources(api, include_all=include_all, zones=asked)
+    warn_zone_errors(app, result.zone_errors)
+    emit(result, views.list_view)
 
 
 @click.command()

@@ -77,6 +77,22 @@ def project_zone_options(func: F) -> F:
     )(func)
 
 
+def zones_options(func: F) -> F:
+    """`--zones Z1,Z2` and `--all-zones`: several zones at once, instead of `--zone`."""
+    func = click.option(
+        "--all-zones",
+        is_flag=True,
+        default=False,
+        help="Every zone of the project (the TPU API's locations), asked side by side.",
+    )(func)
+    return click.option(
+        "--zones",
+        default=None,
+        metavar="Z1,Z2",
+        help="These zones (comma-separated), asked side by side, instead of --zone.",
+    )(func)
+
+
 def yes_option(func: F) -> F:
     return click.option(
         "--yes", "-y", is_flag=True, default=False, help="Do not ask for confirmation."

@@ -14,6 +14,7 @@ from tpuctl.errors import UsageError
 if TYPE_CHECKING:
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.resolve import Location
+    from tpuctl.cloud.zones import ZoneError
     from tpuctl.spec.model import Spec
 
 _RESOURCE_PATH = re.compile(r"^projects/([^/]+)/locations/([^/]+)/queuedResources/([^/]+)$")
@@ -85,3 +86,30 @@ def connect_api(location: Location, impersonate: str | None) -> TpuApi:
     from tpuctl.cloud.client import connect
 
     return connect(location, impersonate=impersonate)
+
+
+def connect_zones(
+    project: str | None,
+    zone: str | None,
+    zones: str | None,
+    all_zones: bool,
+    impersonate: str | None,
+) -> tuple[TpuApi, list[str]]:
+    """`--zone` | `--zones a,b` | `--all-zones` → the API and the zones to ask (for
+    `--all-zones`, the project's zones as the TPU API lists them)."""
+    from tpuctl.cloud.zones import EVERY_ZONE, parse_zones, zones_to_ask
+
+    if sum((zone is not None, zones is not None, all_zones)) > 1:
+        raise UsageError(
+            "--zone, --zones and --all-zones exclude one another", hint="pass only one of them"
+        )
+    chosen = parse_zones(zones) if zones is not None else None
+    # With --all-zones only the project matters: the zone is the API's "every location".
+    first = EVERY_ZONE if all_zones else chosen[0] if chosen else zone
+    api = connect_api(resolve_location_for(project, first, None), impersonate)
+    return api, zones_to_ask(api, chosen, every=all_zones)
+
+
+def warn_zone_errors(app: AppContext, errors: Sequence[ZoneError]) -> None:
+    for error in errors:
+        app.warn(f"zone {error.zone}: {error.message}")

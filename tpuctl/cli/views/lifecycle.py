@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tpuctl.cli.format import MISSING, Style, value
@@ -101,10 +102,23 @@ def jobs_table(jobs: list[Any], style: Style) -> str:
     return render(JOB_COLUMNS, rows, width=style.width, wide=style.wide)
 
 
+def where(project: str, zones: list[str]) -> str:
+    """`p/us-central2-b`, or `p (3 zones)` when several were asked."""
+    return f"{project}/{zones[0]}" if len(zones) == 1 else f"{project} ({len(zones)} zones)"
+
+
+def zone_column(columns: tuple[Column, ...], zones: list[str]) -> tuple[Column, ...]:
+    """The columns with ZONE shown (not wide-only) when rows come from several zones."""
+    if len(zones) < 2:
+        return columns
+    return tuple(replace(c, wide=False) if c.header == "ZONE" else c for c in columns)
+
+
 def list_view(result: QueuedResourceList, style: Style) -> str:
+    zones = result.zones or [result.zone or "?"]
     if not result.queued_resources:
         scope = "queued resources" if result.all else "tpuctl queued resources"
-        return f"no {scope} in {result.project}/{result.zone}\n"
+        return f"no {scope} in {where(result.project, zones)}\n"
     rows = [
         [
             entry.name,
@@ -118,7 +132,8 @@ def list_view(result: QueuedResourceList, style: Style) -> str:
         ]
         for entry in result.queued_resources
     ]
-    return render(LIST_COLUMNS, rows, width=style.width, wide=style.wide)
+    columns = zone_column(LIST_COLUMNS, zones)
+    return render(columns, rows, width=style.width, wide=style.wide)
 
 
 def create_view(result: CreateResult, style: Style) -> str:
