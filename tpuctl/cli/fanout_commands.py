@@ -19,6 +19,8 @@ from tpuctl.cli.options import (
     DURATION,
     app_context,
     set_option,
+    spec_argument,
+    target_argument,
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.reach import reach, selector_options, ssh_options
@@ -42,7 +44,7 @@ def _finish(app: AppContext, result: FanoutResult) -> None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @selector_options("all; 0/0 for a shell")
 @click.option(
@@ -127,7 +129,7 @@ def _run_option(func: F) -> F:
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @_run_option
 @click.option(
     "--job",
@@ -170,7 +172,7 @@ def ps(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @_run_option
 @click.option("-n", "--lines", type=click.IntRange(min=0), default=20, show_default=True)
 @click.option("-f", "--follow", is_flag=True, default=False, help="Keep printing new lines.")
@@ -198,7 +200,7 @@ def logs(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @_run_option
 @click.option(
     "--grace", type=DURATION, default=10.0, show_default=True, help="SIGTERM, then SIGKILL after."
@@ -223,7 +225,7 @@ def stop(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @click.argument("local_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("remote_dir", required=False, default=None)
 @selector_options()
@@ -254,7 +256,7 @@ def upload(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @click.argument("remote_path")
 @click.argument("local_dir", type=click.Path(file_okay=False, path_type=Path))
 @selector_options("0")
@@ -280,7 +282,7 @@ def download(
 
 
 @click.command()
-@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@spec_argument
 @set_option
 @click.option(
     "--follow/--no-follow",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.completion import complete_spec_path
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -20,6 +21,7 @@ from tpuctl.cli.options import (
     set_option,
     spec_argument,
     ssh_settings,
+    target_argument,
     worker_ssh_options,
 )
 from tpuctl.cli.output import emit
@@ -188,7 +190,7 @@ def up(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @set_option
 @click.option(
     "--kind",
@@ -286,7 +288,7 @@ def drill(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @set_option
 @project_zone_options
 @impersonate_option
@@ -333,7 +335,7 @@ def report(
 
 
 @click.command()
-@click.argument("location", metavar="DIR|SPEC")
+@click.argument("location", metavar="DIR|SPEC", shell_complete=complete_spec_path)
 @set_option
 @output_option
 def checkpoints(location: str, overrides: tuple[str, ...]) -> None:

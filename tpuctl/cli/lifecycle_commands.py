@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.completion import complete_target
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -18,6 +19,7 @@ from tpuctl.cli.options import (
     set_option,
     spec_argument,
     ssh_settings,
+    target_argument,
     worker_ssh_options,
     yes_option,
     zones_options,
@@ -163,7 +165,7 @@ def create(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @project_zone_options
 @impersonate_option
 @click.option(
@@ -235,7 +237,7 @@ def list_command(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @project_zone_options
 @impersonate_option
 @wait_options
@@ -266,7 +268,7 @@ def wait(
 
 
 @click.command()
-@click.argument("target", metavar="NAME")
+@click.argument("target", metavar="NAME", shell_complete=complete_target)
 @project_zone_options
 @impersonate_option
 @click.option("--wait", "wait_after", is_flag=True, default=False, help="Wait until ACTIVE again.")
@@ -297,7 +299,7 @@ def reset(
 
 
 @click.command()
-@click.argument("target", metavar="NAME|SPEC")
+@target_argument
 @project_zone_options
 @impersonate_option
 @click.option("--force", is_flag=True, default=False, help="Delete its nodes too.")

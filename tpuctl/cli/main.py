@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 import click
 
@@ -107,6 +108,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "report",
         "A job's timeline, disruptions and infrastructure goodput, from its Journal.",
     ),
+    "completion": (
+        "tpuctl.cli.completion",
+        "completion",
+        "Print the shell completion script for bash, zsh or fish.",
+    ),
 }
 
 
@@ -131,6 +137,26 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        # Command names from the registry too: `tpuctl <TAB>` imports no command module (click
+        # would import every one for its short help). Options: click's own completion.
+        from click.shell_completion import CompletionItem
+
+        names = [name for name in self.list_commands(ctx) if name.startswith(incomplete)]
+        items: list[Any] = [CompletionItem(name, help=COMMANDS[name][2]) for name in names]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
+
+    def _main_shell_completion(
+        self, ctx_args: MutableMapping[str, Any], prog_name: str, complete_var: str | None = None
+    ) -> None:
+        # Called on every run: tpuctl.cli.completion is imported only when a shell asks.
+        variable = complete_var or instruction_variable(prog_name)
+        instruction = os.environ.get(variable)
+        if instruction:
+            from tpuctl.cli.completion import answer_shell
+
+            answer_shell(self, ctx_args, prog_name, variable, instruction)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tpuctl")
@@ -154,6 +180,11 @@ def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> Non
     8 authentication or permission, 10 workers unreachable, 130 interrupted.
     """
     ctx.obj = AppContext(output=output_format, debug=debug, quiet=quiet)  # type: ignore[arg-type]
+
+
+def instruction_variable(prog_name: str) -> str:
+    """Where a shell puts its completion instruction for click: `_TPUCTL_COMPLETE`."""
+    return "_{}_COMPLETE".format(prog_name.replace("-", "_").replace(".", "_")).upper()
 
 
 def machine_format(argv: list[str]) -> str | None:
@@ -208,7 +239,7 @@ def run(args: list[str]) -> int:
         return int(done.exit_code)
     except BrokenPipeError:
         # `tpuctl … | head`: the reader left; not an error of ours.
-        _silence_stdout()
+        silence(sys.stdout)
         return int(ExitCode.OK)
     except Exception as error:  # the boundary: never a traceback unless asked
         if debug:
@@ -231,9 +262,10 @@ def _from_click(error: click.ClickException) -> TpuctlError:
     return UsageError(message, hint=hint)
 
 
-def _silence_stdout() -> None:
+def silence(stream: TextIO) -> None:
+    """Point the stream's file descriptor at /dev/null, for the rest of the process."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
     except OSError:
         pass

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.completion import complete_spec_path, complete_target
 from tpuctl.cli.context import FORMATS, AppContext
 
 if TYPE_CHECKING:
@@ -47,7 +48,18 @@ def output_option(func: F) -> F:
 
 
 def spec_argument(func: F) -> F:
-    return click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))(func)
+    return click.argument(
+        "spec_path",
+        metavar="SPEC",
+        type=click.Path(dir_okay=False),
+        shell_complete=complete_spec_path,
+    )(func)
+
+
+def target_argument(func: F) -> F:
+    """NAME|SPEC: a queued resource's name (or full resource path) or a spec file; it completes
+    to both (tpuctl.cli.targets.resolve_target tells them apart)."""
+    return click.argument("target", metavar="NAME|SPEC", shell_complete=complete_target)(func)
 
 
 def set_option(func: F) -> F:
