@@ -33,6 +33,16 @@ def rfc3339(moment: datetime, timespec: str = "seconds") -> str:
     return as_utc(moment).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
+def parse_rfc3339(text: str | None) -> datetime | None:
+    """`2030-01-01T12:00:00Z` (or with an offset) → an aware datetime; None when unparsable."""
+    if not text:
+        return None
+    try:
+        return as_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
 def from_nanoseconds(nanoseconds: int) -> datetime:
     """A UTC datetime from nanoseconds since the epoch, exact to the microsecond."""
     seconds, rest = divmod(nanoseconds, 1_000_000_000)

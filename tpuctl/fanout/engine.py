@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 64
 _READ = 65536
+# The longest partial line held for line-wise output; longer ones go out in pieces, each
+# ended by CUT_MARK (an ellipsis) so a reader sees the line was cut, not ended.
+LINE_LIMIT = 65536
+CUT_MARK = "\u2026\n".encode()
 
 # (target, "stdout" | "stderr", complete lines as bytes)
 OutputCallback = Callable[[WorkerTarget, str, bytes], None]
@@ -56,6 +60,8 @@ class FanoutOptions:
     timeout: float | None = None  # per command, from its start
     stdin: bytes | None = None  # sent to every command, then EOF
     keep_output: bool = False  # keep all stdout (probes parse it), not just the tail
+    # on_output gets every chunk as it arrives (bytes: a download's archive), not whole lines
+    raw_output: bool = False
     interrupt_signal: str | None = "TERM"  # sent to running commands on Ctrl-C
 
 
@@ -285,18 +291,28 @@ class FanOut:
     def _output(self, session: Session, stream: str, data: bytes) -> None:
         result = session.result
         (result.stdout if stream == "stdout" else result.stderr).add(data)
+        if self.options.raw_output and self.on_output is not None:
+            self.on_output(result.target, stream, data)
+            return
         if self.on_output is None:
             return
+        # Whole lines go out; a partial one waits in `buffer`, which never grows past
+        # LINE_LIMIT (a longer line goes out in pieces, each ended by CUT_MARK). Only the new
+        # chunk is scanned, so a long line costs linear time.
         buffer = session.partial[stream]
-        buffer += data
-        cut = buffer.rfind(b"\n")
+        cut = data.rfind(b"\n")
         if cut >= 0:
-            lines = bytes(buffer[: cut + 1])
-            del buffer[: cut + 1]
+            lines = bytes(buffer) + data[: cut + 1] if buffer else data[: cut + 1]
+            buffer[:] = data[cut + 1 :]
             self.on_output(result.target, stream, lines)
+        else:
+            buffer += data
+        while len(buffer) >= LINE_LIMIT:
+            self.on_output(result.target, stream, bytes(buffer[:LINE_LIMIT]) + CUT_MARK)
+            del buffer[:LINE_LIMIT]
 
     def _flush(self, session: Session) -> None:
-        if self.on_output is None:
+        if self.on_output is None or self.options.raw_output:
             return
         for stream, buffer in session.partial.items():
             if buffer:

@@ -6,9 +6,10 @@ import gzip
 import hashlib
 import io
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from tpuctl.errors import TpuctlError, UsageError
 from tpuctl.fanout import remote
@@ -67,13 +68,15 @@ def run_command(
     timeout: float | None = None,
     on_output: OutputCallback | None = None,
     on_event: EventCallback | None = None,
+    raw: bool = False,
 ) -> FanoutResult:
-    """Run `command` attached on every worker; output streams through `on_output`."""
+    """Run `command` attached on every worker; output streams through `on_output`, as lines,
+    or (`raw`) byte for byte as it arrives (files that must hold exactly what was sent)."""
     return run_fanout(
         fleet.targets,
         command,
         fleet.connect,
-        fleet.options(timeout=timeout),
+        fleet.options(timeout=timeout, raw_output=raw),
         on_output=on_output,
         on_event=on_event,
     )
@@ -140,13 +143,16 @@ def run_logs(
     fleet: Fleet,
     run_id: str | None,
     *,
-    lines: int = 20,
+    lines: int | None = 20,
     follow: bool = False,
     on_output: OutputCallback | None = None,
+    raw: bool = False,
 ) -> FanoutResult:
-    """The last `lines` of every worker's run log, or `follow` them until the runs end."""
+    """The last `lines` of every worker's run log (None: all of it), or `follow` them until the
+    runs end; `raw`: byte for byte to `on_output` (files), not as lines."""
     script = remote.logs_script(run_id, lines, follow=follow)
-    result = run_fanout(fleet.targets, script, fleet.connect, fleet.options(), on_output=on_output)
+    options = fleet.options(raw_output=raw)
+    result = run_fanout(fleet.targets, script, fleet.connect, options, on_output=on_output)
     result.operation, result.run = "logs", run_id
     return result
 
@@ -196,30 +202,91 @@ def upload(
     return result
 
 
-def download(fleet: Fleet, remote_path: str, local_dir: Path) -> FanoutResult:
-    """Copy one file or directory from the (single) selected worker into `local_dir`."""
-    if len(fleet.targets) != 1:
+def download(
+    fleet: Fleet,
+    remote_path: str,
+    local_dir: Path,
+    *,
+    every_worker: bool = False,
+    on_event: EventCallback | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> FanoutResult:
+    """Copy one file or directory from the selected worker into `local_dir`, or (every_worker)
+    from each selected worker into `local_dir/<slice>-<worker>/`, all at once.
+
+    Each worker's archive is written to disk as it arrives and unpacked from there, so memory
+    stays flat whatever the size; a worker whose archive cannot be unpacked is failed.
+    """
+    if not every_worker and len(fleet.targets) != 1:
         raise UsageError(
             f"download reads from one worker, but {len(fleet.targets)} are selected",
-            hint="pass --node N --worker W",
+            hint="pass --node N --worker W, or --all for every worker",
         )
-    script = remote.download_script(remote_path)
-    result = run_fanout(fleet.targets, script, fleet.connect, fleet.options(keep_output=True))
-    worker = result.results[0]
-    if worker.ok:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            names = _extract(worker.stdout.bytes(), local_dir)
-        except (tarfile.TarError, OSError) as error:
-            raise TpuctlError(f"cannot unpack what {worker.target.label} sent: {error}") from None
-        result.transfer = Transfer(source=remote_path, destination=str(local_dir), files=len(names))
+    local_dir.mkdir(parents=True, exist_ok=True)
+    sinks = _ArchiveSinks(local_dir, on_bytes)
+    options = fleet.options(raw_output=True)
+    try:
+        script = remote.download_script(remote_path)
+        result = run_fanout(
+            fleet.targets, script, fleet.connect, options, on_output=sinks.write, on_event=on_event
+        )
+    finally:
+        sinks.close()
+    files = received = 0
+    for worker in result:
+        part = sinks.path(worker.target)
+        if worker.ok:
+            destination = local_dir / _worker_dir(worker.target) if every_worker else local_dir
+            try:
+                files += len(_extract(part, destination))
+                received += part.stat().st_size
+            except (tarfile.TarError, OSError, TpuctlError) as error:
+                worker.status = "failed"
+                worker.error = f"cannot unpack what it sent: {error}"
+        part.unlink(missing_ok=True)
+        worker.stdout = type(worker.stdout)()  # the archive's tail is not output to show
     result.operation = "download"
-    worker.stdout = type(worker.stdout)()  # the archive is not output anyone wants to see
+    result.transfer = Transfer(
+        bytes=received, source=remote_path, destination=str(local_dir), files=files
+    )
     return result
 
 
-def _extract(data: bytes, destination: Path) -> list[str]:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+def _worker_dir(target: WorkerTarget) -> str:
+    return f"{target.slice_index}-{target.worker}"
+
+
+class _ArchiveSinks:
+    """One file per worker that the worker's stdout (its tar.gz) streams into."""
+
+    def __init__(self, directory: Path, on_bytes: Callable[[int], None] | None) -> None:
+        self.directory = directory
+        self.on_bytes = on_bytes
+        self._open: dict[int, BinaryIO] = {}
+
+    def path(self, target: WorkerTarget) -> Path:
+        return self.directory / f".tpuctl-download-{_worker_dir(target)}.tar.gz"
+
+    def write(self, target: WorkerTarget, stream: str, data: bytes) -> None:
+        if stream != "stdout":
+            return
+        sink = self._open.get(id(target))
+        if sink is None:
+            sink = self._open[id(target)] = open(self.path(target), "wb")  # noqa: SIM115
+        sink.write(data)
+        if self.on_bytes is not None:
+            self.on_bytes(len(data))
+
+    def close(self) -> None:
+        for sink in self._open.values():
+            sink.close()
+        self._open.clear()
+
+
+def _extract(archive_path: Path, destination: Path) -> list[str]:
+    """Unpack a tar.gz, refusing members that would land outside `destination`."""
+    destination.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive_path, mode="r:gz") as archive:
         members = archive.getmembers()
         root = destination.resolve()
         for member in members:

@@ -13,6 +13,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from tpuctl.errors import UsageError
 
@@ -110,26 +111,39 @@ _ALIVE = (
 
 
 def status_script(run_id: str | None) -> str:
-    """One line `state=running|exited|stopped|unknown|none run=… pid=… exit=…`."""
+    """A line `state=running|exited|stopped|unknown|none run=… pid=… exit=… started=<epoch>`,
+    then `last=<the log's last line>`."""
     return (
         _resolve_run(run_id)
         + _ALIVE
         + 'if [ -f "$d/exit" ]; then s=exited; elif alive; then s=running; '
         'elif [ -f "$d/stopped" ]; then s=stopped; else s=unknown; fi; '
-        'printf "state=%s run=%s pid=%s exit=%s\\n" "$s" "$id" "$pid" '
-        '"$(cat "$d/exit" 2>/dev/null)"'
+        'printf "state=%s run=%s pid=%s exit=%s started=%s\\n" "$s" "$id" "$pid" '
+        '"$(cat "$d/exit" 2>/dev/null)" "$(stat -c %Y "$d/pid" 2>/dev/null)"; '
+        # The log's last line (from its last 2 KiB: a line may be long), on a line of its own.
+        'printf "last=%s\\n" "$(tail -c 2048 "$d/log" 2>/dev/null | tail -n 1 | tr -d "\\r")"'
     )
 
 
-def logs_script(run_id: str | None, lines: int, *, follow: bool) -> str:
-    """The last `lines` of the run's log; with `follow`, until the run's process ends."""
-    tail = f"tail -n {int(lines)}"
-    if follow:
-        tail += ' -F --pid="$pid"'
+def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
+    """The last `lines` of the run's log (None: all of it); with `follow`, until the run's
+    process ends."""
     return (
         _resolve_run(run_id)
-        + f'[ -f "$d/log" ] || {{ echo "no log in $d" >&2; exit 1; }}; exec {tail} "$d/log"'
+        + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
+        + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )
+
+
+def tail_command(path: str, lines: int | None, *, follow: str | None) -> str:
+    """`exec tail` (or cat) of `path`, a shell word: its last `lines` (None: all of it), and
+    with `follow` (tail's extra options, e.g. --pid) new lines as they come."""
+    if lines is None and follow is None:
+        return f"exec cat -- {path}"
+    tail = "tail -n " + ("+1" if lines is None else str(int(lines)))
+    if follow is not None:
+        tail += f" -F {follow}".rstrip()
+    return f"exec {tail} -- {path}"
 
 
 def stop_script(run_id: str | None, grace: float) -> str:
@@ -152,13 +166,16 @@ def stop_script(run_id: str | None, grace: float) -> str:
 @dataclass(frozen=True)
 class RunState:
     """A detached run on one worker: running, exited (its code), stopped, started, unknown or
-    none; `signal` is what stopped it (TERM or KILL)."""
+    none; `signal` is what stopped it (TERM or KILL); `started` when it began and `last_line`
+    its log's last line, where the probe reads them."""
 
     state: str
     run: str | None
     pid: int | None
     exit_code: int | None
     signal: str | None = None
+    started: datetime | None = None
+    last_line: str | None = None
 
     def describe(self) -> str:
         if self.state == "exited":
@@ -169,17 +186,25 @@ class RunState:
 
 
 def parse_state(output: str) -> RunState | None:
-    """The last `state=…` line of a status or stop script's output."""
-    for line in reversed(output.splitlines()):
+    """The last `state=…` line of a status or stop script's output, and the `last=` line
+    after it."""
+    lines = output.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
         if not line.startswith("state="):
             continue
         fields = dict(part.partition("=")[::2] for part in line.split())
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        last = following[len("last=") :] if following.startswith("last=") else None
+        epoch = _int(fields.get("started"))
         return RunState(
             state=fields.get("state") or "unknown",
             run=fields.get("run") or None,
             pid=_int(fields.get("pid")),
             exit_code=_int(fields.get("exit")),
             signal=fields.get("signal") or None,
+            started=None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc),
+            last_line=last or None,
         )
     return None
 

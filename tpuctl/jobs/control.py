@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
 from tpuctl.errors import UsageError
-from tpuctl.fanout.engine import EventCallback, run_fanout
+from tpuctl.fanout.engine import EventCallback, OutputCallback, run_fanout
 from tpuctl.fanout.operations import Fleet, pack_local
 from tpuctl.fanout.remote import UPLOAD_CHECKSUM_EXIT
 from tpuctl.fanout.results import FanoutResult, Transfer, WorkerResult
@@ -24,6 +24,7 @@ from tpuctl.jobs.scripts import (
     LOCK_WAIT_SECONDS,
     check_run_name,
     deliver_script,
+    job_log_script,
     mark_done_script,
     probe_script,
     restart_script,
@@ -70,6 +71,7 @@ class WorkerJobStatus:
     # The supervisor itself forwarded a SIGTERM/SIGINT to the trainer: a graceful shutdown of
     # the VM (spot soft-off, reboot), so an exit that follows is saved-and-stopped, not done.
     signalled: bool = False
+    last_line: str | None = None  # the job log's last line
 
     @property
     def label(self) -> str:
@@ -177,6 +179,24 @@ def probe_jobs(fleet: Fleet, run_name: str) -> FanoutResult:
     return result
 
 
+def job_logs(
+    fleet: Fleet,
+    run_name: str,
+    *,
+    lines: int | None = 20,
+    follow: bool = False,
+    on_output: OutputCallback | None = None,
+    raw: bool = False,
+) -> FanoutResult:
+    """Every worker's job log (the current boot's): its last `lines` (None: all of it), or
+    `follow` it; the text streams through `on_output` (as lines, or `raw` byte for byte)."""
+    script = job_log_script(run_name, lines, follow=follow)
+    options = fleet.options(raw_output=raw)
+    result = run_fanout(fleet.targets, script, fleet.connect, options, on_output=on_output)
+    result.operation, result.run = "logs", run_name
+    return result
+
+
 def statuses_of(result: FanoutResult) -> list[WorkerJobStatus]:
     """The WorkerJobStatus of every worker of a `probe_jobs` result, in target order."""
     statuses = []
@@ -228,6 +248,7 @@ def parse_probe(worker: WorkerResult) -> WorkerJobStatus:
         reachable=True,
         trainer_alive=values.get("alive") == "1",
         signalled=status["signalled"] == "1",
+        last_line=values.get("last") or None,
     )
 
 

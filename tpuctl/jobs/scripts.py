@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
 from tpuctl.errors import UsageError
-from tpuctl.fanout.remote import receive_archive
+from tpuctl.fanout.remote import receive_archive, tail_command
 
 if TYPE_CHECKING:
     from tpuctl.spec.model import Spec
@@ -198,12 +198,19 @@ def deliver_script(spec: Spec, sha256: str | None) -> str:
 
 def probe_script(run_name: str) -> str:
     """Prints the worker's clock (`now=`), the status file as `status.KEY=value`, the boot
-    count file (`bootfile=`) and whether the trainer's process group is alive (`alive=`)."""
+    count file (`bootfile=`), whether the trainer's process group is alive (`alive=`) and the
+    job log's last line from the trainer (`last=`, from its last 4 KiB)."""
+    log = _on_vm(contract.log_path(check_run_name(run_name), None))
     return (
         f"d={_state_dir(check_run_name(run_name))}\n" + _READ_STATUS + 'echo "now=$(date +%s)"\n'
         'if [ -r "$st" ]; then sed "s/^/status./" "$st"; fi\n'
         'b=$(cat "$d/boot" 2>/dev/null) && echo "bootfile=$b"\n'
         "if leader; then echo alive=1; else echo alive=0; fi\n"
+        # The trainer's last line (not the supervisor's own), else the log's last line.
+        f"l={log}\n"
+        'last=$(tail -c 4096 "$l" 2>/dev/null | grep -av " tpuctl-startup: " | tail -n 1)\n'
+        '[ -n "$last" ] || last=$(tail -c 2048 "$l" 2>/dev/null | tail -n 1)\n'
+        'printf "last=%s\\n" "$(printf %s "$last" | tr -d "\\r")"\n'
     )
 
 
@@ -251,6 +258,16 @@ def read_log_script(run_name: str, boot: int | None, lines: int = 400) -> str:
         f'f={path}; [ -e "$f" ] || exit 0; '
         f'if [ $(wc -l <"$f") -le {2 * lines} ]; then cat "$f"; '
         f'else head -n {lines} "$f"; tail -n {lines} "$f"; fi'
+    )
+
+
+def job_log_script(run_name: str, lines: int | None, *, follow: bool) -> str:
+    """The job's log on a worker (`current.log`, the boot's now): its last `lines` (None: all
+    of it), and with `follow` new lines until interrupted."""
+    path = _on_vm(contract.log_path(check_run_name(run_name), None))
+    return (
+        f'f={path}; [ -e "$f" ] || {{ echo "no job log for run {run_name} ($f)" >&2; exit 1; }}; '
+        + tail_command('"$f"', lines, follow="" if follow else None)
     )
 
 
