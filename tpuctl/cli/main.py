@@ -65,6 +65,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "delete",
         "Delete a queued resource (and its nodes with --force).",
     ),
+    "gc": (
+        "tpuctl.cli.gc_commands",
+        "gc",
+        "Delete tpuctl's queued resources left behind: SUSPENDED, FAILED, ACTIVE with a done job.",
+    ),
     "ssh": (
         "tpuctl.cli.fanout_commands",
         "ssh",
