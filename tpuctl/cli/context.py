@@ -29,7 +29,7 @@ class AppContext:
     output: OutputFormat = "table"
     debug: bool = False
     quiet: bool = False
-    all_rows: bool = False  # `--all` on a fan-out: every worker's row
+    all_rows: bool = False  # `--all-rows` on a fan-out: every worker's row
     _stderr: Console | None = field(default=None, repr=False)
 
     @property
@@ -58,8 +58,7 @@ class AppContext:
 
     def style(self) -> Style:
         """How tables look: sized to the terminal when stdout is one, else whole values."""
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-        return Style(width=width, wide=self.output == "wide", all_rows=self.all_rows)
+        return Style(width=terminal_width(), wide=self.output == "wide", all_rows=self.all_rows)
 
     def info(self, message: str) -> None:
         """A progress or status line for people, on stderr (not with --quiet)."""
@@ -73,3 +72,9 @@ class AppContext:
         line = f"warning: {message}"
         sys.stderr.write((f"\x1b[33m{line}\x1b[0m" if colour else line) + "\n")
         sys.stderr.flush()
+
+
+def terminal_width() -> int | None:
+    """The terminal's columns when stdout is one (COLUMNS wins, as for every tool), else None:
+    a pipe gets whole values, one line per row."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None

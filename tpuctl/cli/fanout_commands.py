@@ -23,8 +23,9 @@ from tpuctl.cli.options import (
     target_argument,
 )
 from tpuctl.cli.output import emit
+from tpuctl.cli.progress import FanoutProgress
 from tpuctl.cli.reach import reach, selector_options, ssh_options
-from tpuctl.cli.streams import OutputFiles, PrefixedOutput, retry_note
+from tpuctl.cli.streams import OutputFiles, PrefixedOutput
 from tpuctl.cli.views.fanout import fanout_view
 from tpuctl.errors import UsageError
 
@@ -34,13 +35,20 @@ if TYPE_CHECKING:
     from tpuctl.fanout.results import FanoutResult
 
 
-def _finish(app: AppContext, result: FanoutResult) -> None:
-    """Print the result; name the workers still running at an interrupt; exit with its code."""
+def _finish(app: AppContext, result: FanoutResult, *, quiet_when_ok: bool = False) -> None:
+    """Print the result; name the workers still running at an interrupt; exit with its code.
+    `quiet_when_ok` (logs): stdout is the logs alone; the table goes to stderr, and only when
+    a worker was not ok."""
     if result.interrupted and not result.interrupt_expected:
         running = [r.target.label for r in result if r.started and r.status == "interrupted"]
         if running:
             app.warn(f"interrupted while still running on: {', '.join(running)}")
-    emit(result, fanout_view)
+    if not quiet_when_ok:
+        emit(result, fanout_view)
+    elif all(worker.ok for worker in result) or (result.interrupt_expected and result.interrupted):
+        emit(result, lambda _result, _style: "", people_on_stderr=True)
+    else:
+        emit(result, fanout_view, people_on_stderr=True)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -89,17 +97,20 @@ def ssh(
     if not text:
         _shell(fleet)
         return
+    progress = FanoutProgress(app, "detach" if detach else "ssh", len(fleet.targets))
     if detach:
-        result = operations.start_detached(fleet, text, on_event=retry_note(app))
+        with progress.shown():
+            result = operations.start_detached(fleet, text, on_event=progress)
         app.info(f"run {result.run} started on {len(result.succeeded)} workers")
         _finish(app, result)
         return
     files = OutputFiles(output_dir) if output_dir is not None else None
     sink: Any = files if files is not None else (None if app.machine_output else PrefixedOutput())
     try:
-        result = operations.run_command(
-            fleet, text, timeout=timeout, on_output=sink, on_event=retry_note(app)
-        )
+        with progress.shown(streaming=sink is not None and files is None):
+            result = operations.run_command(
+                fleet, text, timeout=timeout, on_output=sink, on_event=progress, raw=bool(files)
+            )
     finally:
         if files is not None:
             files.close()
@@ -176,6 +187,28 @@ def ps(
 @_run_option
 @click.option("-n", "--lines", type=click.IntRange(min=0), default=20, show_default=True)
 @click.option("-f", "--follow", is_flag=True, default=False, help="Keep printing new lines.")
+@click.option(
+    "--job",
+    "startup_job",
+    is_flag=True,
+    default=False,
+    help="The startup-script job's log instead of a detached run's; the run name comes from "
+    "SPEC, or from NAME's tpuctl-run label.",
+)
+@click.option(
+    "--all",
+    "whole",
+    is_flag=True,
+    default=False,
+    help="Gather the whole log of every selected worker (the job's, unless --run names a "
+    "detached run) instead of its last lines.",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write each worker's log to DIR/<slice>-<worker>.log instead of prefixed lines.",
+)
 @selector_options()
 @ssh_options
 def logs(
@@ -184,19 +217,47 @@ def logs(
     run_id: str | None,
     lines: int,
     follow: bool,
+    startup_job: bool,
+    whole: bool,
+    output_dir: Path | None,
     node: str | None,
     worker: str | None,
     **values: Any,
 ) -> None:
-    """The last lines of a detached run's log on every worker (prefixed), or --follow them."""
+    """The last lines of a detached run's log (or the job's, --job) on every worker, prefixed;
+    --follow them, or gather every worker's whole log with --all (to --output-dir)."""
     from tpuctl.fanout import operations
+    from tpuctl.jobs import control
 
     app = app_context()
-    fleet = reach(app, target, values, node=node, worker=worker).fleet
-    sink = None if app.machine_output else PrefixedOutput()
-    result = operations.run_logs(fleet, run_id, lines=lines, follow=follow, on_output=sink)
+    if startup_job and run_id is not None:
+        raise UsageError("--job reads the startup-script job's log; --run names a detached run")
+    if whole and follow:
+        raise UsageError("--all gathers whole logs, --follow follows them: choose one")
+    reached = reach(app, target, values, node=node, worker=worker)
+    files = OutputFiles(output_dir, naming=OutputFiles.log_name) if output_dir else None
+    sink: Any = files or (None if app.machine_output else PrefixedOutput())
+    wanted = None if whole else lines
+    raw = files is not None  # files hold the bytes as sent
+    try:
+        if startup_job or (whole and run_id is None):
+            run_name = control.resolve_run_name(
+                reached.api, reached.target.name, reached.target.spec
+            )
+            result = control.job_logs(
+                reached.fleet, run_name, lines=wanted, follow=follow, on_output=sink, raw=raw
+            )
+        else:
+            result = operations.run_logs(
+                reached.fleet, run_id, lines=wanted, follow=follow, on_output=sink, raw=raw
+            )
+    finally:
+        if files is not None:
+            files.close()
+    if files is not None:
+        app.info(f"wrote {len(files.written)} logs into {output_dir}")
     result.interrupt_expected = follow  # Ctrl-C is how one stops following
-    _finish(app, result)
+    _finish(app, result, quiet_when_ok=True)
 
 
 @click.command()
@@ -246,7 +307,8 @@ def upload(
     app = app_context()
     fleet = reach(app, target, values, node=node, worker=worker).fleet
     destination = remote_dir or f"~/{local_dir.resolve().name}"
-    result = operations.upload(fleet, local_dir, destination, on_event=retry_note(app))
+    with FanoutProgress(app, "upload", len(fleet.targets)).shown() as progress:
+        result = operations.upload(fleet, local_dir, destination, on_event=progress)
     if result.transfer is not None:
         app.info(
             f"uploaded {result.transfer.bytes} bytes (sha256 {result.transfer.sha256}) to "
@@ -259,23 +321,41 @@ def upload(
 @target_argument
 @click.argument("remote_path")
 @click.argument("local_dir", type=click.Path(file_okay=False, path_type=Path))
-@selector_options("0")
+@click.option(
+    "--all",
+    "every_worker",
+    is_flag=True,
+    default=False,
+    help="From every selected worker (default all), each into LOCAL_DIR/<slice>-<worker>/.",
+)
+@selector_options("0, or all with --all")
 @ssh_options
 def download(
     *,
     target: str,
     remote_path: str,
     local_dir: Path,
+    every_worker: bool,
     node: str | None,
     worker: str | None,
     **values: Any,
 ) -> None:
-    """Copy REMOTE_PATH (a file or directory) from one worker into LOCAL_DIR."""
+    """Copy REMOTE_PATH (a file or directory) from one worker into LOCAL_DIR, or with --all
+    from every worker at once, each streamed to disk as it arrives."""
     from tpuctl.fanout import operations
 
     app = app_context()
-    fleet = reach(app, target, values, node=node, worker=worker, default="0").fleet
-    result = operations.download(fleet, remote_path, local_dir)
+    default = "all" if every_worker else "0"
+    fleet = reach(app, target, values, node=node, worker=worker, default=default).fleet
+    with FanoutProgress(app, "download", len(fleet.targets)).shown() as progress:
+        result = operations.download(
+            fleet,
+            remote_path,
+            local_dir,
+            every_worker=every_worker,
+            on_event=progress,
+            on_bytes=progress.add_bytes,
+        )
     if result.transfer is not None and result.transfer.files is not None:
         app.info(f"downloaded {result.transfer.files} entries into {local_dir}")
     _finish(app, result)
@@ -313,7 +393,7 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
         spec,
         code_dir=resolve_code_path(spec),
         on_progress=app.info,
-        on_event=retry_note(app),
+        on_event=FanoutProgress(app, "run", len(fleet.targets)),  # retry notes; steps are lines
     )
     result = job.result
     if job.run_id is not None:

@@ -20,7 +20,7 @@ class Style:
 
     width: int | None = None
     wide: bool = False
-    all_rows: bool = False  # every worker's row even in a large fan-out (`--all`)
+    all_rows: bool = False  # every worker's row even in a large fan-out (`--all-rows`)
     now: datetime = field(default_factory=utc_now)
 
     @property

@@ -12,6 +12,7 @@ import click
 
 from tpuctl.cli.format import Style
 from tpuctl.cli.options import app_context
+from tpuctl.cli.views.table import fit_lines
 from tpuctl.envelope import Result, envelope, error_envelope, jsonable, to_json
 from tpuctl.errors import ExitCode, TpuctlError
 
@@ -19,15 +20,24 @@ R = TypeVar("R", bound=Result)
 View = Callable[[R, Style], str]
 
 
-def emit(result: R, view: View[R] | None = None) -> None:
-    """Print `result` (table, wide, json or yaml) and end the command with its exit code."""
+def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = False) -> None:
+    """Print `result` (table, wide, json or yaml) and end the command with its exit code.
+    `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output)."""
     app = app_context()
     if app.output == "json":
         write(to_json(envelope(result)) + "\n")
     elif app.output == "yaml":
         write(to_yaml(envelope(result)))
     elif view is not None:
-        write(view(result, app.style()))
+        style = app.style()
+        text = view(result, style)
+        if style.width is not None:
+            text = fit_lines(text, style.width)
+        if people_on_stderr:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        else:
+            write(text)
     code = result.exit_code
     if code != ExitCode.OK:
         error = result.exit_error()

@@ -5,6 +5,8 @@ the library reports on (what is left, the command to clean it up)."""
 from __future__ import annotations
 
 import signal
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,7 @@ from tpuctl.clock import format_duration, rfc3339
 if TYPE_CHECKING:
     from tpuctl.cli.context import AppContext
     from tpuctl.cloud.watcher import WatchEvent
+    from tpuctl.fanout.targets import WorkerTarget
 
 
 class WaitProgress:
@@ -99,3 +102,85 @@ def interrupts() -> Iterator[StopFlag]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class FanoutProgress:
+    """A fan-out's progress for people: on a terminal a live line on stderr with the workers
+    done out of the total, the failures so far and, for a transfer, the bytes moved; always
+    a note when a worker's connection is retried. A fan-out event callback."""
+
+    def __init__(self, app: AppContext, what: str, total: int) -> None:
+        self.app = app
+        self.what = what
+        self.total = total
+        self.started = self.done = self.failed = self.bytes = 0
+        self._lock = threading.Lock()
+        self._status: Any = None
+
+    def __call__(self, target: WorkerTarget, kind: str, message: str) -> None:
+        if kind == "retry":
+            self.app.info(f"[{target.label}] connection set-up failed, retrying: {message}")
+            return
+        with self._lock:
+            if kind == "started":
+                self.started += 1
+            elif kind == "finished":
+                self.done += 1
+                self.failed += message != "ok"
+
+    def add_bytes(self, count: int) -> None:
+        with self._lock:
+            self.bytes += count
+
+    def line(self) -> str:
+        with self._lock:
+            running = self.started - self.done
+            text = f"{self.what}: {self.done}/{self.total} workers done"
+            text += f", {running} running" if running > 0 else ""
+            text += f", {self.failed} failed" if self.failed else ""
+            text += f", {format_bytes(self.bytes)}" if self.bytes else ""
+        return text
+
+    @contextmanager
+    def shown(self, *, streaming: bool = False) -> Iterator[FanoutProgress]:
+        """The live line while the fan-out runs, redrawn a few times a second: on a terminal
+        only (nothing in a pipe, with --quiet, or for JSON), and not while the workers' output
+        streams to the same terminal (`streaming`: the output is the progress then). Output
+        written to stdout is never rerouted."""
+        if not self.app.animated or (streaming and sys.stdout.isatty()):
+            yield self
+            return
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        spinner = Spinner("dots", self.line())
+        stop = threading.Event()
+        live = Live(
+            spinner,
+            console=self.app.stderr,
+            transient=True,
+            redirect_stdout=False,
+            refresh_per_second=10,
+        )
+        with live:
+
+            def redraw() -> None:
+                while not stop.wait(0.2):
+                    spinner.update(text=self.line())
+
+            painter = threading.Thread(target=redraw, name="tpuctl-progress", daemon=True)
+            painter.start()
+            try:
+                yield self
+            finally:
+                stop.set()
+                painter.join()
+
+
+def format_bytes(count: float) -> str:
+    """1536 → 1.5 KiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"  # pragma: no cover - unreachable

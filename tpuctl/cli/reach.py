@@ -50,7 +50,7 @@ def ssh_options(func: F) -> F:
             help="Connections being set up at once (running commands never hold a slot).",
         ),
         click.option(
-            "--all",
+            "--all-rows",
             "all_rows",
             is_flag=True,
             default=False,

@@ -1,5 +1,5 @@
 """Where worker output goes while a fan-out runs: prefixed lines on our stdout/stderr, or one
-file per worker and stream; and notes on connection retries."""
+file per worker and stream."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
-    from tpuctl.cli.context import AppContext
     from tpuctl.fanout.targets import WorkerTarget
 
 
@@ -30,34 +29,42 @@ class PrefixedOutput:
 
 
 class OutputFiles:
-    """One file per worker and stream: <dir>/<node>-w<worker>.out|.err (no cross-slice clash)."""
+    """One file per worker and stream, <dir>/<node>-w<worker>.out|.err by default (no
+    cross-slice clash), or as `naming` says; written as the output arrives."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, naming: Callable[[WorkerTarget, str], str] | None = None
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        self.naming = naming or OutputFiles.output_name
         self._files: dict[tuple[str, int, str], BinaryIO] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def output_name(target: WorkerTarget, stream: str) -> str:
+        return f"{target.node_id}-w{target.worker}.{'out' if stream == 'stdout' else 'err'}"
+
+    @staticmethod
+    def log_name(target: WorkerTarget, stream: str) -> str:
+        """A gathered log: <slice>-<worker>.log, and what went wrong in <slice>-<worker>.err."""
+        return f"{target.slice_index}-{target.worker}.{'log' if stream == 'stdout' else 'err'}"
 
     def path(self, target: WorkerTarget, stream: str) -> Path:
-        suffix = "out" if stream == "stdout" else "err"
-        return self.directory / f"{target.node_id}-w{target.worker}.{suffix}"
+        return self.directory / self.naming(target, stream)
+
+    @property
+    def written(self) -> list[Path]:
+        return [Path(handle.name) for handle in self._files.values()]
 
     def __call__(self, target: WorkerTarget, stream: str, lines: bytes) -> None:
         key = (target.node_id, target.worker, stream)
-        handle = self._files.get(key)
-        if handle is None:
-            handle = self._files[key] = self.path(target, stream).open("ab")
+        with self._lock:
+            handle = self._files.get(key)
+            if handle is None:
+                handle = self._files[key] = self.path(target, stream).open("ab")
         handle.write(lines)
 
     def close(self) -> None:
         for handle in self._files.values():
             handle.close()
-
-
-def retry_note(app: AppContext) -> Callable[[WorkerTarget, str, str], None]:
-    """A fan-out event callback that says on stderr when a worker's connection is retried."""
-
-    def note(target: WorkerTarget, kind: str, message: str) -> None:
-        if kind == "retry":
-            app.info(f"[{target.label}] connection set-up failed, retrying: {message}")
-
-    return note

@@ -59,7 +59,7 @@ class EmulatorCapacity(AdminReply):
 
 def status_view(result: EmulatorStatus, style: Style) -> str:
     data = result.data
-    text = f"emulator {data['host']}  ssh port {data['ssh_port']}  speed {data['speed']}\n"
+    text = f"emulator {data['host']}, ssh port {data['ssh_port']}, speed {data['speed']}\n"
     text += capacity_view(EmulatorCapacity(data["capacity"]), style)
     rows = [
         [qr["name"], qr["state"], qr["nodes"], qr["accelerator_type"]]
@@ -67,7 +67,9 @@ def status_view(result: EmulatorStatus, style: Style) -> str:
     ]
     if rows:
         text += render(QR_COLUMNS, rows, width=style.width)
-    return text + f"workers: {data['workers']}  api faults: {data['api_faults']}\n"
+    faults = data["api_faults"]
+    pending = ", ".join(f"{key} {value}" for key, value in faults.items()) or "none"
+    return text + f"workers: {data['workers']}; api faults: {pending}\n"
 
 
 def fault_view(result: EmulatorFault, _style: Style) -> str:

@@ -4,9 +4,11 @@ ones that were not ok and one line for the rest), the operation's own columns, a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tpuctl.cli.format import MISSING, Style, value
 from tpuctl.cli.views.table import Column, render
+from tpuctl.clock import parse_rfc3339
 from tpuctl.fanout.remote import RunState
 from tpuctl.fanout.results import FanoutResult, WorkerResult
 
@@ -33,21 +35,6 @@ def _run_state(worker: WorkerResult, _style: Style) -> list[object]:
     return [value(detail.run), value(detail.pid), detail.describe()]
 
 
-def _job_status(worker: WorkerResult, style: Style) -> list[object]:
-    job = worker.detail
-    if job is None:
-        return [MISSING] * 6
-    heartbeat = job.heartbeat_age_s
-    return [
-        job.state,
-        value(job.boot),
-        MISSING if job.pid is None else f"{job.pid}{'' if job.trainer_alive else ' (gone)'}",
-        value(job.started),
-        MISSING if heartbeat is None else style.duration(heartbeat) + " ago",
-        value(job.reason),
-    ]
-
-
 def _delivery(worker: WorkerResult, _style: Style) -> list[object]:
     detail = worker.detail
     if detail is None:
@@ -55,51 +42,129 @@ def _delivery(worker: WorkerResult, _style: Style) -> list[object]:
     return [value(detail.startup), value(detail.pid), value(getattr(detail, "stopped", None))]
 
 
-# operation → (its detail columns, how a worker's detail fills them)
+# operation → (its detail columns, how a worker's detail fills them), after the SSH columns
 DETAILS: dict[str, tuple[tuple[Column, ...], Detail]] = {
     "detach": ((Column("RUN"), Column("PID"), Column("STATE")), _run_state),
-    "ps": ((Column("RUN"), Column("PID"), Column("STATE")), _run_state),
     "stop": ((Column("RUN"), Column("PID"), Column("STATE")), _run_state),
+    "deliver": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
+    "restart": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
+}
+
+
+# ------------------------------------------------------------------------------- probes
+# ps and ps --job answer what a person asks of a run (its state, pid, start, exit, last line),
+# not how the SSH call that read it went: that shows only when it failed, in STATE.
+
+PROBE_HEAD = (
+    Column("WORKER", identity=True),
+    Column("NODE", identity=True, wide=True),
+    Column("ADDRESS", wide=True),
+)
+PROBE_TAIL = (Column("TIME", align="right", wide=True), Column("LAST OUTPUT"))
+
+
+def _probe_failed(worker: WorkerResult) -> str | None:
+    return None if worker.ok else worker.status.upper()
+
+
+def _ps_row(worker: WorkerResult, style: Style) -> list[object]:
+    run = worker.detail if isinstance(worker.detail, RunState) else None
+    failed = _probe_failed(worker)
+    return [
+        value(run.run if run else None),
+        failed or (run.state if run else MISSING),
+        value(run.pid if run else None),
+        style.time(run.started if run else None),
+        value(run.exit_code if run else None),
+        f"{worker.duration_s:.1f}s",
+        worker.error if failed else (run.last_line if run and run.last_line else ""),
+    ]
+
+
+def job_cells(job: Any, style: Style) -> list[object]:
+    """STATE, BOOT, PID, STARTED, EXIT, HEARTBEAT of a WorkerJobStatus (ps --job, status
+    --jobs)."""
+    heartbeat = job.heartbeat_age_s
+    return [
+        job.state,
+        value(job.boot),
+        MISSING if job.pid is None else f"{job.pid}{'' if job.trainer_alive else ' (gone)'}",
+        style.time(parse_rfc3339(job.started)),
+        value(job.exit_code),
+        MISSING if heartbeat is None else style.duration(heartbeat) + " ago",
+    ]
+
+
+def job_note(job: Any) -> str:
+    """What to say of a job in a word: why it ended or failed, else its log's last line."""
+    return str(job.error or job.reason or job.last_line or "")
+
+
+def _job_row(worker: WorkerResult, style: Style) -> list[object]:
+    job = worker.detail
+    failed = _probe_failed(worker)
+    if job is None or failed:
+        cells = [failed or MISSING, *[MISSING] * 5]
+        return [*cells, f"{worker.duration_s:.1f}s", worker.error or ""]
+    return [*job_cells(job, style), f"{worker.duration_s:.1f}s", job_note(job)]
+
+
+PROBES: dict[str, tuple[tuple[Column, ...], Detail]] = {
+    "ps": (
+        (
+            Column("RUN"),
+            Column("STATE"),
+            Column("PID", align="right"),
+            Column("STARTED"),
+            Column("EXIT", align="right"),
+        ),
+        _ps_row,
+    ),
     "job-status": (
         (
             Column("STATE"),
             Column("BOOT", align="right"),
             Column("PID"),
             Column("STARTED"),
+            Column("EXIT", align="right"),
             Column("HEARTBEAT"),
-            Column("REASON"),
         ),
-        _job_status,
+        _job_row,
     ),
-    "deliver": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
-    "restart": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
 }
 
 
 def fanout_view(result: FanoutResult, style: Style) -> str:
-    extra, fill = DETAILS.get(result.operation, ((), None))
-    columns = (*BASE, *extra, NOTE)
     shown = _rows_to_show(result.results, style)
-    rows = []
-    for worker in shown:
-        target = worker.target
-        cells: list[object] = [
-            target.label,
-            target.node_id,
-            target.address,
-            worker.status if worker.ok else worker.status.upper(),
-            value(worker.exit_code),
-            f"{worker.duration_s:.1f}s",
-        ]
-        if fill is not None:
-            cells += fill(worker, style)
-        cells.append(_note(worker))
-        rows.append(cells)
+    probe = PROBES.get(result.operation)
+    if probe is not None:
+        middle, fill = probe
+        columns: tuple[Column, ...] = (*PROBE_HEAD, *middle, *PROBE_TAIL)
+        rows = [[*_where(worker), *fill(worker, style)] for worker in shown]
+    else:
+        extra, detail = DETAILS.get(result.operation, ((), None))
+        columns = (*BASE, *extra, NOTE)
+        rows = []
+        for worker in shown:
+            cells: list[object] = [
+                *_where(worker),
+                worker.status if worker.ok else worker.status.upper(),
+                value(worker.exit_code),
+                f"{worker.duration_s:.1f}s",
+            ]
+            if detail is not None:
+                cells += detail(worker, style)
+            rows.append([*cells, _note(worker)])
     text = render(columns, rows, width=style.width, wide=style.wide) if rows else ""
     hidden = len(result.results) - len(shown)
     if hidden:
-        text += f"… {hidden} more workers ok (--all shows every row)\n"
+        text += f"… {hidden} more workers ok (--all-rows shows every row)\n"
     return text + summary_line(result) + "\n"
+
+
+def _where(worker: WorkerResult) -> list[object]:
+    target = worker.target
+    return [target.label, target.node_id, target.address]
 
 
 def _rows_to_show(workers: Sequence[WorkerResult], style: Style) -> Sequence[WorkerResult]:

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpuctl.cli.format import MISSING, Style, value
+from tpuctl.cli.views.fanout import job_cells, job_note
 from tpuctl.cli.views.table import Column, render
 from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus, WorkerAddress
 from tpuctl.cloud.results import CreateResult, DeleteResult, ResetResult, WaitResult
@@ -17,8 +18,8 @@ NODE_COLUMNS = (
     Column("STATE"),
     Column("HEALTH"),
     Column("WORKER", identity=True, align="right"),
-    Column("INTERNAL IP"),
-    Column("EXTERNAL IP"),
+    Column("INTERNAL IP", minimum=15, drop=1),
+    Column("EXTERNAL IP", minimum=15, drop=2),
 )
 JOB_COLUMNS = (
     Column("SLICE/WORKER", identity=True),
@@ -28,7 +29,7 @@ JOB_COLUMNS = (
     Column("STARTED"),
     Column("EXIT", align="right"),
     Column("HEARTBEAT"),
-    Column("REASON / ERROR"),
+    Column("LAST OUTPUT / REASON"),
     Column("NODE", wide=True),
 )
 LIST_COLUMNS = (
@@ -80,25 +81,7 @@ def status_view(status: QueuedResourceStatus, style: Style) -> str:
 
 def jobs_table(jobs: list[Any], style: Style) -> str:
     """Every worker's startup-script job (tpuctl.jobs.control.WorkerJobStatus)."""
-    rows = []
-    for job in jobs:
-        pid = MISSING if job.pid is None else f"{job.pid}{'' if job.trainer_alive else ' (gone)'}"
-        heartbeat = (
-            MISSING if job.heartbeat_age_s is None else style.duration(job.heartbeat_age_s) + " ago"
-        )
-        rows.append(
-            [
-                job.label,
-                job.state,
-                value(job.boot),
-                pid,
-                value(job.started),
-                value(job.exit_code),
-                heartbeat,
-                job.error or job.reason or MISSING,
-                job.node,
-            ]
-        )
+    rows = [[job.label, *job_cells(job, style), job_note(job), job.node] for job in jobs]
     return render(JOB_COLUMNS, rows, width=style.width, wide=style.wide)
 
 

@@ -29,6 +29,9 @@ class Column:
     align: Literal["left", "right"] = "left"
     wide: bool = False  # shown only with --format wide
     minimum: int = 6  # shortest a shortened column gets
+    # Left out on a terminal too narrow for the table even with every column shortened, the
+    # highest first (0: never); --format wide or a pipe shows it.
+    drop: int = 0
 
 
 def clean(value: object) -> str:
@@ -71,18 +74,48 @@ def render(
     wide: bool = False,
 ) -> str:
     """The table as text, one line per row plus the header. `width` is the terminal's, or
-    None in a pipe (full values). `wide` shows the wide-only columns too."""
+    None in a pipe (full values). `wide` shows the wide-only columns too. On a terminal the
+    columns are shortened to fit, then droppable ones left out, and a line that still does not
+    fit (identifying columns alone wider than the terminal) ends in `…` at the edge."""
     shown = [i for i, column in enumerate(columns) if wide or not column.wide]
-    heads = [columns[i] for i in shown]
-    cells = [[clean(row[i]) for i in shown] for row in rows]
-    natural = [
-        max([display_width(column.header)] + [display_width(row[k]) for row in cells])
-        for k, column in enumerate(heads)
-    ]
-    widths = natural if width is None else _fit(heads, natural, width)
+    cells_all = [[clean(value) for value in row] for row in rows]
+    while True:
+        heads = [columns[i] for i in shown]
+        cells = [[row[i] for i in shown] for row in cells_all]
+        natural = [
+            max([display_width(column.header)] + [display_width(row[k]) for row in cells])
+            for k, column in enumerate(heads)
+        ]
+        if width is None:
+            widths = natural
+            break
+        widths = _fit(heads, natural, width)
+        droppable = [i for i in shown if columns[i].drop and not wide]
+        if _total(widths) <= width or not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: columns[i].drop))
     lines = [_line([c.header for c in heads], heads, widths, natural)]
     lines += [_line(row, heads, widths, natural) for row in cells]
+    if width is not None:
+        lines = [
+            line if display_width(line) <= width else shorten_end(line, width) for line in lines
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _total(widths: Sequence[int]) -> int:
+    return sum(widths) + len(GAP) * (len(widths) - 1)
+
+
+def shorten_end(text: str, width: int) -> str:
+    """`text` cut to `width` columns, ending in `…`."""
+    kept, used = [], 0
+    for ch in text:
+        used += display_width(ch)
+        if used > width - 1:
+            break
+        kept.append(ch)
+    return "".join(kept) + ELLIPSIS
 
 
 def _fit(columns: Sequence[Column], natural: list[int], width: int) -> list[int]:
@@ -134,3 +167,27 @@ def pairs(items: Sequence[tuple[str, object]]) -> str:
         f"{name}{' ' * (width - display_width(name))}{GAP}{clean(item)}".rstrip() + "\n"
         for name, item in items
     )
+
+
+def fit_lines(text: str, width: int) -> str:
+    """A view's text for a terminal of `width` columns: table rows fit already (render); any
+    longer line is prose (a headline, a note, a verdict), wrapped at spaces with its
+    indentation kept and continuation lines indented two more. A pipe gets the text as is."""
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if display_width(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        wrapped = textwrap.wrap(
+            line.strip(),
+            width=width,
+            initial_indent=indent,
+            subsequent_indent=indent + "  ",
+            break_on_hyphens=False,
+        )
+        out.extend(shorten_end(piece, width) if display_width(piece) > width else piece
+                   for piece in wrapped)  # fmt: skip
+    return "\n".join(out)

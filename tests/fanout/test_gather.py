@@ -1,0 +1,199 @@
+"""Gathering from every worker: `logs --all` (the job's whole log, prefixed or one file per
+worker), `download --all` (into LOCAL/<slice>-<worker>/, streamed to disk), and `ps` showing
+what a person asks of a run, on 2 slices × 2 workers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import QR, Project, by_label
+from tests.support import wait_for
+
+RUN = "gather"
+
+
+def _spec(tpuctl: Project, qr: QR) -> Path:
+    """A spec for the module's QR whose job has run name `gather`."""
+    path = tpuctl.tmp_path / "gather.yaml"
+    path.write_text(
+        f"apiVersion: tpuctl/v1\nname: {qr.name}\n"
+        "tpu: {accelerator: v4-16, runtime: tpu-ubuntu2204-base, slices: 2}\n"
+        f"job: {{command: python3 train.py, run_name: {RUN}}}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _job_logs(qr: QR) -> dict[str, str]:
+    """Write a job log on every worker, as the startup script would, and return them."""
+    written = {}
+    for s in range(len(qr.node_ids)):
+        for w in range(qr.workers_per_node):
+            directory = qr.vm_root(s, w) / "var/log/tpuctl" / RUN
+            directory.mkdir(parents=True, exist_ok=True)
+            lines = [f"boot 1 line {i} of {s}/{w}" for i in range(300)]
+            text = "\n".join(lines) + "\n"
+            (directory / "current.log").write_text(text, encoding="utf-8")
+            written[f"{s}/{w}"] = text
+    return written
+
+
+def test_logs_all_gathers_every_workers_whole_job_log(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    written = _job_logs(qr)
+    spec = _spec(tpuctl, qr)
+    prefixed = tpuctl("logs", str(spec), "--all")
+    assert prefixed.exit_code == 0, prefixed.stderr
+    for label, text in written.items():
+        mine = [line for line in prefixed.stdout.splitlines() if line.startswith(f"[{label}] ")]
+        assert mine == [f"[{label}] {line}" for line in text.splitlines()]  # all 300, in order
+
+    out = tmp_path / "out"
+    to_files = tpuctl("logs", str(spec), "--all", "--output-dir", str(out))
+    assert to_files.exit_code == 0, to_files.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["0-0.log", "0-1.log", "1-0.log", "1-1.log"]
+    for label, text in written.items():
+        assert (out / f"{label.replace('/', '-')}.log").read_text() == text  # byte for byte
+    assert "[0/0]" not in to_files.stdout  # nothing prefixed when it goes to files
+
+    tail = tpuctl("logs", str(spec), "--job", "-n", "2", "--node", "0", "--worker", "0")
+    assert tail.exit_code == 0, tail.stderr
+    assert tail.stdout.splitlines() == [
+        "[0/0] boot 1 line 298 of 0/0",
+        "[0/0] boot 1 line 299 of 0/0",
+    ]
+
+
+def test_logs_all_says_which_workers_have_no_job_log(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    _job_logs(qr)
+    missing = qr.vm_root(1, 1) / "var/log/tpuctl" / RUN / "current.log"
+    missing.unlink()
+    outcome = tpuctl("logs", str(_spec(tpuctl, qr)), "--all", "--format", "json")
+    assert outcome.exit_code == 3, outcome.stderr  # one worker failed
+    rows = by_label(outcome)
+    assert rows["1/1"]["status"] == "failed" and "no job log for run gather" in str(
+        rows["1/1"]["stderr_tail"]
+    )
+    assert all(rows[label]["status"] == "ok" for label in ("0/0", "0/1", "1/0"))
+
+
+def test_logs_refuses_all_with_follow_and_job_with_run(tpuctl: Project, qr: QR) -> None:
+    both = tpuctl("logs", qr.name, "--all", "--follow")
+    assert both.exit_code == 2 and "choose one" in both.stderr
+    job_and_run = tpuctl("logs", qr.name, "--job", "--run", "x")
+    assert job_and_run.exit_code == 2
+
+
+BIG = 200 * 1024 * 1024
+# Runs tpuctl as its child and prints the child's peak RSS (KiB) on its own last line.
+PEAK_RSS = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.slow
+def test_download_all_streams_200_mb_from_each_worker_in_flat_memory(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    digests = {}
+    chunk = 4 * 1024 * 1024
+    for s in range(len(qr.node_ids)):
+        for w in range(qr.workers_per_node):
+            home = qr.home(s, w)
+            home.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256()
+            with open(home / "big.bin", "wb") as handle:
+                for _ in range(BIG // chunk):
+                    block = os.urandom(chunk)
+                    digest.update(block)
+                    handle.write(block)
+            digests[f"{s}-{w}"] = digest.hexdigest()
+    out = tmp_path / "got"
+    command = [sys.executable, "-m", "tpuctl", "download", qr.name, "big.bin", str(out), "--all"]
+    measured = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, *command],
+        env=tpuctl.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert measured.returncode == 0, measured.stderr
+    peak_kib = int(measured.stdout.splitlines()[-1])
+    try:
+        assert sorted(p.name for p in out.iterdir()) == ["0-0", "0-1", "1-0", "1-1"]  # no .part
+        for label, expected in digests.items():
+            got = hashlib.sha256()
+            with open(out / label / "big.bin", "rb") as handle:
+                while block := handle.read(chunk):
+                    got.update(block)
+            assert got.hexdigest() == expected, label
+        print(f"client peak RSS {peak_kib / 1024:.0f} MiB")
+        assert peak_kib < 150 * 1024, f"client peak RSS {peak_kib / 1024:.0f} MiB"
+    finally:
+        for s in range(len(qr.node_ids)):
+            for w in range(qr.workers_per_node):
+                (qr.home(s, w) / "big.bin").unlink(missing_ok=True)
+
+
+def test_download_all_fails_only_the_worker_without_the_file(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    for s in range(len(qr.node_ids)):
+        for w in range(qr.workers_per_node):
+            if (s, w) != (1, 0):
+                (qr.home(s, w) / "results").mkdir(parents=True, exist_ok=True)
+                (qr.home(s, w) / "results" / "m.json").write_text(f'{{"w": "{s}/{w}"}}\n')
+    out = tmp_path / "results-all"
+    outcome = tpuctl("download", qr.name, "results", str(out), "--all", "--format", "json")
+    assert outcome.exit_code == 3, outcome.stderr
+    rows = by_label(outcome)
+    assert rows["1/0"]["status"] == "failed"
+    assert sorted(p.name for p in out.iterdir()) == ["0-0", "0-1", "1-1"]
+    assert (out / "1-1" / "results" / "m.json").read_text() == '{"w": "1/1"}\n'
+    assert outcome.json()["transfer"]["files"] == 6  # a directory and a file from each of 3
+    one = tpuctl("download", qr.name, "results", str(tmp_path / "one"))  # worker 0/0 only
+    assert one.exit_code == 0, one.stderr
+    assert (tmp_path / "one" / "results" / "m.json").read_text() == '{"w": "0/0"}\n'
+
+
+def test_ps_shows_the_run_not_the_status_file(tpuctl: Project, qr: QR) -> None:
+    started = tpuctl("ssh", qr.name, "--detach", "--", "echo first; echo 'last words'; sleep 30")
+    assert started.exit_code == 0, started.stderr
+
+    def logged() -> bool:
+        rows = by_label(tpuctl("ps", qr.name, "--format", "json"))
+        return all(row["detail"]["last_line"] == "last words" for row in rows.values())
+
+    wait_for(logged, 15, "every run's last line")
+    data = tpuctl("ps", qr.name, "--format", "json").json()
+    for row in data["workers"]:
+        assert row["detail"]["state"] == "running" and row["detail"]["started"].endswith("Z")
+    table = tpuctl("ps", qr.name)  # a pipe: one line per row, whole values
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == [
+        "WORKER",
+        "RUN",
+        "STATE",
+        "PID",
+        "STARTED",
+        "EXIT",
+        "LAST",
+        "OUTPUT",
+    ]
+    rows = lines[1:5]
+    assert len(rows) == 4 and all(row.endswith("last words") for row in rows)
+    assert all(" running " in row and "state=" not in row for row in rows)
+    tpuctl("stop", qr.name, "--grace", "1")
