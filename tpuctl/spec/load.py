@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TextIO
 
 from tpuctl.errors import SourceLocation, SpecError
 from tpuctl.spec.build import Builder, Values, resolve_local
@@ -20,7 +20,7 @@ from tpuctl.spec.durations import parse_duration, parse_time_bound
 from tpuctl.spec.model import Spec
 from tpuctl.spec.overrides import apply_override
 from tpuctl.spec.schema import json_schema, reference_markdown
-from tpuctl.spec.yamlsource import compose_document
+from tpuctl.spec.yamlsource import MAX_SPEC_CHARS, compose_document, spec_too_large
 
 __all__ = [
     "LoadedSpec",
@@ -54,26 +54,39 @@ def load_spec(
 ) -> LoadedSpec:
     """Read and validate the spec at `path` ("-" reads stdin). Raises SpecError (exit 2)."""
     name = os.fspath(path)
-    if name == "-":
-        return load_spec_text(
-            sys.stdin.read(), source=_STDIN_SOURCE, overrides=overrides, environ=environ
-        )
+    source = _STDIN_SOURCE if name == "-" else name
+    return load_spec_text(
+        _read_spec(name, source), source=source, overrides=overrides, environ=environ
+    )
+
+
+def _read_spec(name: str, source: str) -> str:
+    """The text of the spec file (or stdin), read no further than MAX_SPEC_CHARS + 1
+    characters: /dev/zero, a FIFO or `yes |` is refused at the limit, never read to its end."""
     try:
+        if name == "-":
+            return _read_bounded(sys.stdin, source)
         with open(name, encoding="utf-8") as stream:
-            text = stream.read()
+            return _read_bounded(stream, source)
     except UnicodeDecodeError as exc:
         raise SpecError(
             f"spec file is not UTF-8 text ({exc.reason} at byte {exc.start})",
-            location=SourceLocation(name),
+            location=SourceLocation(source),
             hint="save the file as UTF-8",
         ) from None
     except OSError as exc:
         raise SpecError(
             f"cannot read spec file: {exc.strerror or exc}",
-            location=SourceLocation(name),
+            location=SourceLocation(source),
             hint="check the path; pass - to read the spec from stdin",
         ) from None
-    return load_spec_text(text, source=name, overrides=overrides, environ=environ)
+
+
+def _read_bounded(stream: TextIO, source: str) -> str:
+    text = stream.read(MAX_SPEC_CHARS + 1)
+    if len(text) > MAX_SPEC_CHARS:
+        raise spec_too_large(source)
+    return text
 
 
 def load_spec_text(

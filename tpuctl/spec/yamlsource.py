@@ -17,6 +17,7 @@ from tpuctl.errors import SourceLocation, SpecError
 # tens of thousands of nested collections. Past this many nesting characters the pure-Python
 # composer is used instead: it raises RecursionError, which becomes a SpecError.
 _C_NESTING_BUDGET = 5000
+# A spec is a small YAML file; reading stops here, so /dev/zero or `yes |` cannot fill memory.
 MAX_SPEC_CHARS = 1 << 20
 # Aliases can expand a small file into a huge tree ("billion laughs").
 _MAX_NODES = 50_000
@@ -100,10 +101,7 @@ def expand_variables(
 def compose_document(text: str, source: str, environ: Mapping[str, str]) -> Document | None:
     """Parse one YAML document; None when it is empty. Every problem is a SpecError."""
     if len(text) > MAX_SPEC_CHARS:
-        raise SpecError(
-            f"spec is too large ({len(text)} characters, limit {MAX_SPEC_CHARS})",
-            location=SourceLocation(source),
-        )
+        raise spec_too_large(source)
     loader = _FastLoader if _nesting(text) < _C_NESTING_BUDGET else yaml.SafeLoader
     try:
         root = yaml.compose(text, Loader=loader)
@@ -123,6 +121,17 @@ def compose_document(text: str, source: str, environ: Mapping[str, str]) -> Docu
     walker = _Walker(document, environ)
     document.data = walker.walk(root, "", 0)
     return document
+
+
+def spec_too_large(source: str) -> SpecError:
+    """The one error for a spec past MAX_SPEC_CHARS (its real size is never known: reading
+    stops at the limit)."""
+    return SpecError(
+        f"spec is too large: more than {MAX_SPEC_CHARS >> 20} MiB ({MAX_SPEC_CHARS} characters), "
+        "the limit for a spec",
+        location=SourceLocation(source),
+        hint="a spec is a small YAML file; check that this is the spec you meant",
+    )
 
 
 def load_value(text: str, *, location: SourceLocation, path: str) -> Any:
