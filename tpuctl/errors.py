@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     PREEMPTED = 7  # preempted or suspended
     AUTH = 8  # authentication or permission
     UNREACHABLE = 10  # workers unreachable
+    API_UNAVAILABLE = 11  # the TPU API kept failing (UNAVAILABLE, DEADLINE_EXCEEDED)
     INTERRUPTED = 130
 
 
@@ -120,6 +121,14 @@ class NotFoundError(TpuctlError):
 class AuthError(TpuctlError):
     exit_code = ExitCode.AUTH
     kind = "auth"
+
+
+class ApiUnavailableError(TpuctlError):
+    """The TPU API kept answering UNAVAILABLE (or timing out) through every retry: an outage,
+    not a refusal. Waits ride it out until their own deadlines; anything else ends with this."""
+
+    exit_code = ExitCode.API_UNAVAILABLE
+    kind = "api_unavailable"
 
 
 class DeadlineError(TpuctlError):

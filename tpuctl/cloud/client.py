@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
-from tpuctl.errors import AuthError, NotFoundError, TpuctlError
+from tpuctl.errors import ApiUnavailableError, AuthError, NotFoundError, TpuctlError
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRY_ENV = "TPUCTL_API_RETRY_SECONDS"
@@ -116,7 +117,45 @@ def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
         return DEFAULT_RETRY_SECONDS
 
 
-def make_retry(*, total_seconds: float, reads: bool) -> Any:
+# A call failing for longer than this is said on stderr (through TpuApi.on_retry), and again
+# every NOTICE_EVERY seconds while it goes on.
+NOTICE_AFTER = 3.0
+OPERATION_POLL_SECONDS = 1.0
+NOTICE_EVERY = 30.0
+
+
+class RetryNotice:
+    """`on_error` of one call's retry: once the call has failed for NOTICE_AFTER seconds, say
+    what is being retried and for how long; again every NOTICE_EVERY seconds."""
+
+    def __init__(self, say: Callable[[str], None], what: str, total_seconds: float) -> None:
+        self.say = say
+        self.what = what
+        self.total = total_seconds
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def __call__(self, error: BaseException) -> None:
+        now = time.monotonic()
+        self.first = now if self.first is None else self.first
+        # A short retry budget is said sooner: its last attempt may come before NOTICE_AFTER.
+        if now - self.first < min(NOTICE_AFTER, self.total / 3):
+            return
+        if self.last is not None and now - self.last < NOTICE_EVERY:
+            return
+        self.last = now
+        self.say(
+            f"{self.what}: the TPU API is unavailable ({_status_name(error)}: {_reason(error)}) "
+            f"for {now - self.first:.0f} s; retrying for up to {self.total:g} s"
+        )
+
+
+def make_retry(
+    *,
+    total_seconds: float,
+    reads: bool,
+    on_error: Callable[[BaseException], None] | None = None,
+) -> Any:
     """Retry UNAVAILABLE and DEADLINE_EXCEEDED (and RESOURCE_EXHAUSTED on reads) for a while.
 
     RESOURCE_EXHAUSTED on a create is quota or an insufficient reservation: retrying would
@@ -137,6 +176,7 @@ def make_retry(*, total_seconds: float, reads: bool) -> Any:
         maximum=4.0,
         multiplier=2.0,
         timeout=total_seconds,
+        on_error=on_error,
     )
 
 
@@ -149,10 +189,20 @@ def api_errors(action: str, target: str) -> Iterator[None]:
         yield
     except api_exceptions.RetryError as error:
         cause = error.cause
-        raise TpuctlError(
-            f"{action} {target}: the TPU API kept failing ({_reason(cause)}); gave up retrying",
+        raise ApiUnavailableError(
+            f"{action} {target}: the TPU API kept failing "
+            f"({_status_name(cause)}: {_reason(cause)}); gave up retrying",
             hint=f"try again later, or raise {RETRY_ENV}",
             resource=target,
+            status=_status_name(cause),
+        ) from None
+    except (api_exceptions.ServiceUnavailable, api_exceptions.DeadlineExceeded) as error:
+        raise ApiUnavailableError(
+            f"{action} {target}: the TPU API is unavailable ({_status_name(error)}: "
+            f"{_reason(error)})",
+            hint=f"try again later, or raise {RETRY_ENV}",
+            resource=target,
+            status=_status_name(error),
         ) from None
     except api_exceptions.NotFound as error:
         raise NotFoundError(f"{target} not found", hint=_reason(error), resource=target) from None
@@ -216,12 +266,22 @@ class TpuApi:
     location: Location
     retry_total: float = DEFAULT_RETRY_SECONDS
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT
+    # Told (a line for people) when a call has kept failing for a few seconds.
+    on_retry: Callable[[str], None] | None = None
 
-    def _read_retry(self) -> Any:
-        return make_retry(total_seconds=self.retry_total, reads=True)
+    def _notice(self, what: str) -> Callable[[BaseException], None] | None:
+        return None if self.on_retry is None else RetryNotice(self.on_retry, what, self.retry_total)
 
-    def _write_retry(self) -> Any:
-        return make_retry(total_seconds=self.retry_total, reads=False)
+    def _read_retry(self, what: str = "reading") -> Any:
+        return make_retry(total_seconds=self.retry_total, reads=True, on_error=self._notice(what))
+
+    def _write_retry(self, what: str = "writing") -> Any:
+        return make_retry(total_seconds=self.retry_total, reads=False, on_error=self._notice(what))
+
+    def with_retry(self, seconds: float) -> TpuApi:
+        """The same API whose calls retry for at most `seconds` (a poll inside a wait that
+        rides out an outage itself)."""
+        return replace(self, retry_total=seconds)
 
     def in_zone(self, zone: str) -> TpuApi:
         """The same client, speaking about another zone of the same project."""
@@ -238,7 +298,9 @@ class TpuApi:
             while True:
                 request = locations_pb2.ListLocationsRequest(name=name, page_token=token)
                 response = self.client.list_locations(
-                    request=request, retry=self._read_retry(), timeout=self.rpc_timeout
+                    request=request,
+                    retry=self._read_retry(f"listing the zones of {name}"),
+                    timeout=self.rpc_timeout,
                 )
                 zones.update(
                     location.location_id or location.name.rsplit("/", 1)[-1]
@@ -257,7 +319,7 @@ class TpuApi:
         name = self.qr_name(queued_resource_id)
         with api_errors("get", name):
             return self.client.get_queued_resource(
-                name=name, retry=self._read_retry(), timeout=self.rpc_timeout
+                name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
             )
 
     def find_queued_resource(self, queued_resource_id: str) -> Any | None:
@@ -271,7 +333,9 @@ class TpuApi:
         parent = self.location.parent
         with api_errors("list queued resources in", parent):
             pager = self.client.list_queued_resources(
-                parent=parent, retry=self._read_retry(), timeout=self.rpc_timeout
+                parent=parent,
+                retry=self._read_retry(f"listing queued resources in {parent}"),
+                timeout=self.rpc_timeout,
             )
             return list(pager)
 
@@ -280,7 +344,9 @@ class TpuApi:
         name = f"{request.parent}/queuedResources/{request.queued_resource_id}"
         with api_errors("create", name):
             return self.client.create_queued_resource(
-                request=request, retry=self._write_retry(), timeout=self.rpc_timeout
+                request=request,
+                retry=self._write_retry(f"creating {name}"),
+                timeout=self.rpc_timeout,
             )
 
     def delete_queued_resource(
@@ -294,21 +360,25 @@ class TpuApi:
         )
         with api_errors("delete", name):
             return self.client.delete_queued_resource(
-                request=request, retry=self._write_retry(), timeout=self.rpc_timeout
+                request=request,
+                retry=self._write_retry(f"deleting {name}"),
+                timeout=self.rpc_timeout,
             )
 
     def reset_queued_resource(self, queued_resource_id: str) -> Any:
         name = self.qr_name(queued_resource_id)
         with api_errors("reset", name):
             return self.client.reset_queued_resource(
-                name=name, retry=self._write_retry(), timeout=self.rpc_timeout
+                name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.rpc_timeout
             )
 
     def list_nodes(self) -> list[Any]:
         parent = self.location.parent
         with api_errors("list nodes in", parent):
             pager = self.client.list_nodes(
-                parent=parent, retry=self._read_retry(), timeout=self.rpc_timeout
+                parent=parent,
+                retry=self._read_retry(f"listing nodes in {parent}"),
+                timeout=self.rpc_timeout,
             )
             return list(pager)
 
@@ -317,20 +387,29 @@ class TpuApi:
         try:
             with api_errors("get", node_name):
                 return self.client.get_node(
-                    name=node_name, retry=self._read_retry(), timeout=self.rpc_timeout
+                    name=node_name,
+                    retry=self._read_retry(f"reading {node_name}"),
+                    timeout=self.rpc_timeout,
                 )
         except NotFoundError:
             return None
 
     def wait_operation(self, operation: Any, *, timeout: float, action: str, target: str) -> bool:
-        """Wait for a long-running operation; False when it is still running at `timeout`."""
-        import concurrent.futures
+        """Wait for a long-running operation; False when it is still running at `timeout`.
 
+        Each poll retries within the API's retry budget, saying so through `on_retry`, so an
+        outage ends the wait with ApiUnavailableError instead of the client library's own
+        unbounded retry (which would hang in silence for minutes).
+        """
+        deadline = time.monotonic() + timeout
+        retry = self._read_retry(f"waiting for the {action} of {target}")
         with api_errors(action, target):
-            try:
-                operation.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                return False
+            while not operation.done(retry=retry):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                time.sleep(min(OPERATION_POLL_SECONDS, left))
+            operation.result(timeout=0)  # done: raise its error, if it ended in one
         return True
 
 

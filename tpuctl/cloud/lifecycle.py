@@ -29,6 +29,7 @@ from tpuctl.cloud.watcher import (
     WatchResult,
 )
 from tpuctl.errors import (
+    ApiUnavailableError,
     DeadlineError,
     Interrupted,
     NotFoundError,
@@ -40,6 +41,9 @@ from tpuctl.errors import (
 EventCallback = Callable[[WatchEvent], None]
 DEFAULT_DELETE_TIMEOUT = 600.0
 DEFAULT_OPERATION_TIMEOUT = 120.0
+# How long one poll of a wait retries before the wait counts the API as down (and says so);
+# the wait itself then rides the outage out until its own deadlines.
+POLL_RETRY_SECONDS = 5.0
 
 
 def _now() -> datetime:
@@ -78,6 +82,16 @@ def create(
         operation = api.create_queued_resource(request)
         api.wait_operation(operation, timeout=operation_timeout, action="create", target=name)
         summary = status(api, name)
+    except ApiUnavailableError as outage:
+        # The request may have landed: say what to check, and how to clean up either way.
+        raise ApiUnavailableError(
+            f"{outage.message}; the create may or may not have landed",
+            hint=f"check with: {status_command(api, name)}  then delete it "
+            f"({delete_command(api, name)}) or run the same create again (it is idempotent)",
+            name=name,
+            status=outage.details.get("status"),
+            delete_command=delete_command(api, name),
+        ) from None
     except AlreadyExistsError:
         # Lost a race, or a retried create whose first attempt got through: same check.
         existing = api.find_queued_resource(name)
@@ -175,7 +189,10 @@ def wait(
     Returns the wait object of docs/output.md. Raises DeadlineError (4), QueuedResourceFailed
     (6), PreemptedError (7), NotFoundError (5) or Interrupted (130), each with name and state.
     """
-    watcher = Watcher(lambda: observe(api, name), options.policy, clock=clock, on_event=on_event)
+    polling = api.with_retry(min(api.retry_total, POLL_RETRY_SECONDS))
+    watcher = Watcher(
+        lambda: observe(polling, name), options.policy, clock=clock, on_event=on_event
+    )
     try:
         result = watcher.run()
     except KeyboardInterrupt:
@@ -255,15 +272,32 @@ def _wait_failure(
             deleted=False,
             **facts,
         )
-    deleted = delete(
-        api,
-        name,
-        force=True,
-        wait_until_gone=True,
-        timeout=options.delete_timeout,
-        on_event=on_event,
-        clock=clock,
-    )
+    if result.api_unavailable:
+        what += f", the TPU API unavailable ({result.api_unavailable})"
+    try:
+        deleted = delete(
+            api,
+            name,
+            force=True,
+            wait_until_gone=True,
+            timeout=options.delete_timeout,
+            on_event=on_event,
+            clock=clock,
+        )
+    except ApiUnavailableError as outage:
+        # Tried for the API's whole retry budget: say what is left, and how to remove it.
+        command = delete_command(api, name)
+        return DeadlineError(
+            f"{what}; could not delete it: the TPU API stayed unavailable "
+            f"({outage.details.get('status') or 'unavailable'}), so it may still exist and "
+            "be filled later",
+            hint=f"delete it with: {command}",
+            phase=phase,
+            deleted=False,
+            api_unavailable=True,
+            delete_command=command,
+            **facts,
+        )
     gone = deleted.action == "deleted"
     return DeadlineError(
         f"{what}; deleted it" if gone else f"{what}; deletion requested",
@@ -288,6 +322,17 @@ def interrupted(
                 name=name,
                 state=state,
                 deleted=False,
+            )
+        except ApiUnavailableError:
+            command = delete_command(api, name)
+            return Interrupted(
+                f"interrupted while {during} {name} (state {state}); could not delete it: "
+                "the TPU API is unavailable",
+                hint=f"delete it with: {command}",
+                name=name,
+                state=state,
+                deleted=False,
+                delete_command=command,
             )
         return Interrupted(
             f"interrupted while {during} {name} (state {state}); deletion requested "

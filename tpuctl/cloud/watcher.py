@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from tpuctl.clock import Clock
+from tpuctl.clock import Clock, format_duration
+from tpuctl.errors import ApiUnavailableError
 
 # Everything up to the moment capacity is found: the queueing deadline covers these.
 QUEUE_STATES = frozenset({"STATE_UNSPECIFIED", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"})
@@ -24,6 +25,10 @@ SHORT_LIVED_STATES = frozenset({"CREATING", "PROVISIONING", "DELETING", "SUSPEND
 SUPPORT_WARNING_STATES = frozenset({"WAITING_FOR_RESOURCES", "PROVISIONING"})
 SUSPENDED_STATES = frozenset({"SUSPENDING", "SUSPENDED"})
 GONE = "DELETED"  # pseudo-state: Get answered NOT_FOUND
+UNKNOWN = "UNKNOWN"  # pseudo-state: never seen (the API was down from the first poll on)
+# During an API outage: the pause between polls, and how often the outage is said again.
+OUTAGE_POLL = 2.0
+OUTAGE_REPORT_EVERY = 30.0
 
 # Where each state sits on the way to ACTIVE, so `--until WAITING_FOR_RESOURCES` is also met
 # by a QR that went straight on to PROVISIONING or ACTIVE between two polls.
@@ -111,6 +116,7 @@ class WatchResult:
     polls: int
     transitions: list[Transition] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    api_unavailable: str | None = None  # the API was down when the wait ended: why
 
 
 def is_reached(target: str, state: str) -> bool:
@@ -152,6 +158,8 @@ class Watcher:
         self._polls_in_state = 0
         self._queue_since: float | None = None
         self._provision_since: float | None = None
+        self._outage_since: float | None = None
+        self._outage_said = 0.0
 
     def next_interval(self, state: str, polls_in_state: int) -> float:
         """Seconds to sleep after the `polls_in_state`-th poll that saw `state` (1-based)."""
@@ -167,23 +175,92 @@ class Watcher:
         clock = self.clock
         self._start = clock.monotonic()
         while True:
-            observation = self.fetch()
+            try:
+                observation = self.fetch()
+            except ApiUnavailableError as error:
+                # An outage: the deadlines run on from the last state seen; say so, go on.
+                now = clock.monotonic()
+                self._outage(error, now)
+                outcome = self._decide_blind(now)
+                if outcome is not None:
+                    return self._result(outcome, self.last or Observation(UNKNOWN), now, error)
+                clock.sleep(self._clip_to_deadline(OUTAGE_POLL, now))
+                continue
             self.polls += 1
             now = clock.monotonic()
+            self._recovered(observation, now)
             self._observe(observation, now)
             outcome = self._decide(observation, now)
             if outcome is not None:
-                return WatchResult(
-                    outcome=outcome,
-                    state=observation.state,
-                    observation=observation,
-                    elapsed=now - self._start,
-                    polls=self.polls,
-                    transitions=list(self.transitions),
-                    warnings=list(self.warnings),
-                )
+                return self._result(outcome, observation, now, None)
             delay = self.next_interval(observation.state, self._polls_in_state)
             clock.sleep(self._clip_to_deadline(delay, now))
+
+    def _result(
+        self,
+        outcome: Outcome,
+        observation: Observation,
+        now: float,
+        outage: ApiUnavailableError | None,
+    ) -> WatchResult:
+        return WatchResult(
+            outcome=outcome,
+            state=observation.state,
+            observation=observation,
+            elapsed=now - self._start,
+            polls=self.polls,
+            transitions=list(self.transitions),
+            warnings=list(self.warnings),
+            api_unavailable=outage.message if outage is not None else None,
+        )
+
+    def _outage(self, error: ApiUnavailableError, now: float) -> None:
+        """Say the API is down at its first failed poll, then every OUTAGE_REPORT_EVERY."""
+        if self._outage_since is None:
+            self._outage_since = now
+        elif now - self._outage_said < OUTAGE_REPORT_EVERY:
+            return
+        self._outage_said = now
+        status = error.details.get("status") or "unavailable"
+        message = (
+            f"the TPU API is unavailable ({status}) for "
+            f"{format_duration(now - self._outage_since)}; still waiting{self._deadline_note(now)}"
+        )
+        last = self.last or Observation(UNKNOWN)
+        self.warnings.append(message)
+        self._emit("warning", last, now, previous=last.state, message=message)
+
+    def _recovered(self, observation: Observation, now: float) -> None:
+        if self._outage_since is None:
+            return
+        message = f"the TPU API answers again after {format_duration(now - self._outage_since)}"
+        self._outage_since = None
+        self._emit("warning", observation, now, previous=observation.state, message=message)
+
+    def _deadline_note(self, now: float) -> str:
+        ends = self._deadlines()
+        if not ends:
+            return ""
+        return f"; deadline in {format_duration(max(0.0, min(ends) - now))}"
+
+    def _decide_blind(self, now: float) -> Outcome | None:
+        """The deadlines, from the last state seen (or, never seen, the queueing one)."""
+        policy = self.policy
+        state = self.last.state if self.last is not None else UNKNOWN
+        if policy.overall_timeout is not None and now - self._start >= policy.overall_timeout:
+            return Outcome.DEADLINE
+        if state in QUEUE_STATES or state == UNKNOWN:
+            since = self._queue_since if self._queue_since is not None else self._start
+            if policy.queue_timeout is not None and now - since >= policy.queue_timeout:
+                return Outcome.QUEUE_DEADLINE
+        if (
+            state in PROVISION_STATES
+            and policy.provision_timeout is not None
+            and self._provision_since is not None
+            and now - self._provision_since >= policy.provision_timeout
+        ):
+            return Outcome.PROVISION_DEADLINE
+        return None
 
     def _observe(self, observation: Observation, now: float) -> None:
         previous = self.last.state if self.last is not None else None
@@ -244,26 +321,27 @@ class Watcher:
             return Outcome.PROVISION_DEADLINE
         return None
 
-    def _clip_to_deadline(self, delay: float, now: float) -> float:
-        """Never sleep past a deadline: wake up just after it for the final poll."""
+    def _deadlines(self) -> list[float]:
+        """The monotonic times the deadlines of the current (or last seen) state fall at."""
         policy = self.policy
-        state = self.last.state if self.last is not None else ""
+        state = self.last.state if self.last is not None else UNKNOWN
         ends: list[float] = []
         if policy.overall_timeout is not None:
             ends.append(self._start + policy.overall_timeout)
-        if (
-            state in QUEUE_STATES
-            and policy.queue_timeout is not None
-            and self._queue_since is not None
-        ):
-            ends.append(self._queue_since + policy.queue_timeout)
+        if (state in QUEUE_STATES or state == UNKNOWN) and policy.queue_timeout is not None:
+            since = self._queue_since if self._queue_since is not None else self._start
+            ends.append(since + policy.queue_timeout)
         if (
             state in PROVISION_STATES
             and policy.provision_timeout is not None
             and self._provision_since is not None
         ):
             ends.append(self._provision_since + policy.provision_timeout)
-        for end in ends:
+        return ends
+
+    def _clip_to_deadline(self, delay: float, now: float) -> float:
+        """Never sleep past a deadline: wake up just after it for the final poll."""
+        for end in self._deadlines():
             delay = min(delay, max(0.0, end - now))
         return delay
 
