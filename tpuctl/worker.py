@@ -117,6 +117,7 @@ def label_value(text: str) -> str:
 RECORD_DIR = "tpuctl"
 DONE_FILE = "DONE"
 JOURNAL_DIR = "journal"
+LEASE_FILE = "lease.json"  # who babysits the run (tpuctl up), renewed while it does
 
 
 def join_location(base: str, *parts: str) -> str:
@@ -154,6 +155,13 @@ def record_dir(spec: Spec) -> str | None:
     if not directory:
         return None
     return join_location(directory, RECORD_DIR, spec.run_name)
+
+
+def lease_location(spec: Spec) -> str | None:
+    """`<record dir>/lease.json`: the one `tpuctl up` babysitting the run. None without
+    checkpoint.dir."""
+    record = record_dir(spec)
+    return None if record is None else join_location(record, LEASE_FILE)
 
 
 def done_marker(spec: Spec) -> str | None:

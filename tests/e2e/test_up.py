@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.cli.test_output_contract import check
-from tests.e2e.conftest import Job
+from tests.e2e.conftest import FAST_UP, Job
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
@@ -190,3 +192,31 @@ def test_a_queueing_deadline_exits_4_and_cancels_the_request(
     assert not job.qr_exists()  # given up on, so it can never boot orphan workers later
     exits = [e.fields for e in job.journal() if e.kind == "up.exit"]
     assert exits[-1]["exit_code"] == 4
+
+
+def test_a_second_up_says_who_babysits_the_run_and_a_patient_one_takes_over(
+    make_job: Callable[..., Job],
+) -> None:
+    job = make_job(steps=160, slices=1, accelerator="v4-8", checkpoint_every=10)
+    job.start_up()
+    job.wait_running()
+    second = job.cli("up", str(job.spec), "--poll", "0.5")
+    assert second.exit_code == 1, second.stderr
+    assert "another tpuctl up babysits this run" in second.stderr
+    assert "--wait-for-lease" in second.stderr
+    assert job.journal_kinds().count("up.start") == 1  # the second wrote nothing
+
+    patient = subprocess.Popen(
+        [sys.executable, "-m", "tpuctl", "up", str(job.spec), *FAST_UP, "--wait-for-lease"],
+        env=job.child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    code, log = job.wait_up()
+    assert code == 0, log
+    output, _ = patient.communicate(timeout=120)
+    assert patient.returncode == 0, output
+    assert "waiting for 'tpuctl up" in output
+    assert "the done marker exists already" in output  # it took over a finished run

@@ -12,12 +12,13 @@ from typing import Any, cast
 from tpuctl.clock import Clock
 from tpuctl.cloud.results import CreateResult, DeleteResult
 from tpuctl.cloud.watcher import GONE, Observation, WatchEvent, WatchPolicy
-from tpuctl.errors import PreemptedError, QueuedResourceFailed
+from tpuctl.errors import ApiUnavailableError, PreemptedError, QueuedResourceFailed
 from tpuctl.fanout.operations import Fleet
 from tpuctl.fanout.results import FanoutResult, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget
 from tpuctl.spec.load import load_spec_text
 from tpuctl.spec.model import Spec
+from tpuctl.storage.lease import Holder, LeaseHeld, LeaseLost
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -63,15 +64,22 @@ class FakeQr:
     creates: int = 0
     deletes: int = 0
     maintenances: list[tuple[str, int]] = field(default_factory=list)
+    api_down: bool = False  # every call fails as the TPU API does in an outage
 
     @property
     def resource(self) -> str:
         return f"projects/p/locations/z/queuedResources/{self.name}"
 
+    def _call(self) -> None:
+        if self.api_down:
+            raise ApiUnavailableError("the TPU API kept failing", status="UNAVAILABLE")
+
     def observe(self) -> Observation:
+        self._call()
         return Observation(self.state, self.initiator, self.failure)
 
     def create(self) -> CreateResult:
+        self._call()
         if self.state == GONE:
             self.creates += 1
             self.state, self.initiator, self.failure = "WAITING_FOR_RESOURCES", None, None
@@ -98,12 +106,14 @@ class FakeQr:
             raise PreemptedError(f"{self.name} {self.state}", name=self.name, state=self.state)
 
     def delete(self) -> DeleteResult:
+        self._call()
         before = self.state
         self.deletes += 1
         self.state = GONE
         return DeleteResult(self.name, "deleted" if before != GONE else "missing", True, before)
 
     def node_disruption(self, node_ids: Sequence[str]) -> str | None:
+        self._call()
         return None if self.settled else "node job is RESTARTING"
 
     def simulate_maintenance(self, node_id: str, worker: int) -> None:
@@ -250,3 +260,29 @@ job: {{command: python3 train.py}}
 recovery: {{max_preemptions: {max_preemptions}, max_failures: {max_failures}}}
 {extra}"""
     return load_spec_text(text, environ={}).spec
+
+
+@dataclass
+class FakeLease:
+    """The run's lease: free, held by another `up`, or taken over while we run."""
+
+    held_by: Holder | None = None
+    lost_at: float | None = None  # the clock time our lease is taken over
+    clock: FakeClock | None = None
+    acquired: bool = False
+    released: bool = False
+
+    def acquire(
+        self, *, wait: bool = False, on_wait: Callable[[Holder], None] | None = None
+    ) -> Holder | None:
+        if self.held_by is not None:
+            raise LeaseHeld(f"another tpuctl up babysits this run: {self.held_by.command}")
+        self.acquired = True
+        return None
+
+    def renew_if_due(self) -> None:
+        if self.lost_at is not None and self.clock is not None and self.clock.t >= self.lost_at:
+            raise LeaseLost("the lease was taken over")
+
+    def release(self) -> None:
+        self.released = True

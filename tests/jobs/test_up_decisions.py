@@ -8,10 +8,26 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.jobs.fakes import FakeClock, FakeJobs, FakeJournal, FakeQr, FakeRecord, fleet, spec
-from tpuctl.errors import CommandFailedError, ExitCode, PreemptedError, QueuedResourceFailed
+from tests.jobs.fakes import (
+    FakeClock,
+    FakeJobs,
+    FakeJournal,
+    FakeLease,
+    FakeQr,
+    FakeRecord,
+    fleet,
+    spec,
+)
+from tpuctl.errors import (
+    ApiUnavailableError,
+    CommandFailedError,
+    ExitCode,
+    PreemptedError,
+    QueuedResourceFailed,
+)
 from tpuctl.jobs.up import Babysitter, UpOptions, UpResult
 from tpuctl.spec.model import Spec
+from tpuctl.storage.lease import Holder, LeaseHeld, LeaseLost
 
 FAST = UpOptions(poll=1.0, job_check_every=2.0, settle=10.0)
 
@@ -151,3 +167,54 @@ def test_a_running_job_is_picked_up_without_a_restart() -> None:
     assert world.jobs.delivered == 0 and world.qr.creates == 0
     running = [fields for kind, fields in world.journal.entries if kind == "job.running"]
     assert running and running[0].get("already") is True
+
+
+def test_an_api_outage_is_ridden_out_said_and_decides_nothing() -> None:
+    world = World()
+    world.jobs.set("running")
+    world.time.at(10, lambda: setattr(world.qr, "api_down", True))
+    world.time.at(12, lambda: world.jobs.set("exited", 0))  # during the outage
+    world.time.at(100, lambda: setattr(world.qr, "api_down", False))
+    result = world.run()
+    kinds = world.journal.kinds
+    # Said at once, then every 30 s while it lasted; nothing decided until the API answered.
+    assert kinds.count("api.unavailable") == 3 and kinds.count("api.available") == 1
+    assert kinds.index("api.available") < kinds.index("job.done")
+    assert result.outcome == "done" and world.time.t >= 100
+    assert "job.failed" not in kinds and world.qr.deletes == 1
+
+
+def test_an_outage_at_create_exits_11_naming_what_may_be_left() -> None:
+    world = World(qr=FakeQr(api_down=True))
+    with pytest.raises(ApiUnavailableError) as raised:
+        world.run()
+    error = raised.value
+    assert error.exit_code == ExitCode.API_UNAVAILABLE == 11
+    assert "may still be running: resume with: tpuctl up" in (error.hint or "")
+    assert "tpuctl delete job --force --yes" in (error.hint or "")
+    assert error.details["deleted"] is False and world.qr.deletes == 0
+
+
+def test_a_second_up_on_a_held_run_writes_nothing_and_deletes_nothing() -> None:
+    other = Holder("x", "ci-runner", 42, "tpuctl up job.yaml", None, None)
+    world = World()
+    world.qr.state = "ACTIVE"
+    babysitter = world.babysitter()
+    babysitter.lease = FakeLease(held_by=other)
+    with pytest.raises(LeaseHeld) as raised:
+        babysitter.run()
+    assert "tpuctl up job.yaml" in raised.value.message and raised.value.exit_code == 1
+    assert world.journal.kinds == [] and world.qr.deletes == 0 and world.qr.state == "ACTIVE"
+
+
+def test_a_lease_taken_over_stops_this_up_and_leaves_the_run_to_the_other() -> None:
+    world = World()
+    world.jobs.set("running")
+    babysitter = world.babysitter()
+    lease = FakeLease(lost_at=40, clock=world.time)
+    babysitter.lease = lease
+    with pytest.raises(LeaseLost):
+        babysitter.run()
+    assert lease.acquired and lease.released
+    assert world.qr.state == "ACTIVE" and world.qr.deletes == 0  # not ours to delete
+    assert world.journal.kinds[-1] == "up.exit"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tpuctl.fanout.targets import WorkerTarget
     from tpuctl.spec.model import Spec
     from tpuctl.storage.checkpoints import CheckpointReport
+    from tpuctl.storage.lease import Holder
 
 
 class QueuedResourceOps(Protocol):
@@ -75,9 +76,11 @@ class ApiQueuedResource:
         self.resource = api.qr_name(self.name)
 
     def observe(self) -> Observation:
-        from tpuctl.cloud import queries
+        """One poll, retried briefly: the babysitter rides a longer outage out itself."""
+        from tpuctl.cloud import lifecycle, queries
 
-        return queries.observe(self.api, self.name)
+        polling = self.api.with_retry(min(self.api.retry_total, lifecycle.POLL_RETRY_SECONDS))
+        return queries.observe(polling, self.name)
 
     def create(self) -> CreateResult:
         from tpuctl.cloud import lifecycle
@@ -187,6 +190,18 @@ class JobRecord(Protocol):
         ...
 
     def complete_steps(self) -> tuple[int, ...]: ...
+
+
+class LeaseLike(Protocol):
+    """The run's lease (tpuctl.storage.lease.Lease): one `tpuctl up` at a time."""
+
+    def acquire(
+        self, *, wait: bool = False, on_wait: Callable[[Holder], None] | None = None
+    ) -> Holder | None: ...
+
+    def renew_if_due(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 class JournalLike(Protocol):

@@ -7,13 +7,14 @@ through the babysitter's injected job operations, record and journal, and never 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
-from tpuctl.errors import CommandFailedError, TpuctlError
+from tpuctl.errors import ApiUnavailableError, CommandFailedError, TpuctlError
 from tpuctl.storage.logs import LogFacts, parse_log
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class JobWatch:
             raise TpuctlError(
                 f"{owner.name}: the job did not reach running within "
                 f"{owner.options.running_timeout:g} s ({_describe(statuses)})",
-                hint=f"see its logs: tpuctl logs {owner.name}",
+                hint=f"see its logs: {logs_command(owner.name)}",
                 name=owner.name,
             )
 
@@ -215,7 +216,10 @@ class JobWatch:
         if owner.record.is_done():
             owner.emit("job.done", f"{owner.name}: the done marker appeared")
             raise JobDone
-        disruption = owner.qr.node_disruption([target.node_id for target in owner.fleet.targets])
+        try:
+            disruption = owner.qr.node_disruption([t.node_id for t in owner.fleet.targets])
+        except ApiUnavailableError:
+            disruption = "the TPU API is unavailable, so the nodes cannot be seen"
         if disruption is not None:
             if disruption != self.ended.disruption:
                 owner.emit(
@@ -279,7 +283,7 @@ class JobWatch:
             raise CommandFailedError(
                 f"{owner.name}: the job failed {count} times; recovery.max_failures is "
                 f"{max_failures}: gave up",
-                hint=f"see its logs: tpuctl logs {owner.name}",
+                hint=f"see its logs: {logs_command(owner.name)}",
                 name=owner.name,
                 failures=count,
                 reason="failure budget exhausted",
@@ -316,7 +320,7 @@ class JobWatch:
         raise CommandFailedError(
             f"{owner.name}: crash loop: {window} restarts brought no new checkpoint "
             f"(latest step {latest})",
-            hint=f"fix the job and run tpuctl up again; see tpuctl logs {owner.name}",
+            hint=f"fix the job and run tpuctl up again; see {logs_command(owner.name)}",
             name=owner.name,
             failures=count,
             reason="crashloop",
@@ -384,3 +388,8 @@ def _advanced(latest: int | None, earlier: int | None) -> bool:
     if latest is None:
         return False
     return earlier is None or latest > earlier
+
+
+def logs_command(name: str) -> str:
+    """The `tpuctl logs` line a person runs to read the job's logs (shell-quoted)."""
+    return shlex.join(["tpuctl", "logs", name])

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchEvent, WatchPolicy
-from tpuctl.errors import PreemptedError, QueuedResourceFailed
+from tpuctl.clock import format_duration
+from tpuctl.cloud.watcher import (
+    GONE,
+    OUTAGE_REPORT_EVERY,
+    SUSPENDED_STATES,
+    WatchEvent,
+    WatchPolicy,
+)
+from tpuctl.errors import ApiUnavailableError, PreemptedError, QueuedResourceFailed
 
 if TYPE_CHECKING:
     from tpuctl.jobs.up import Babysitter
@@ -24,6 +31,36 @@ class QrWatch:
         self.state: str | None = None
         self.ever_active = False
         self.fast_polls = 0  # polls to make quickly after a change
+        self.outage_since: float | None = None  # monotonic, while the TPU API is down
+        self.outage_said = 0.0
+
+    def outage(self, error: ApiUnavailableError) -> None:
+        """The API is down: say so at once, then every OUTAGE_REPORT_EVERY seconds."""
+        owner = self.owner
+        now = owner.clock.monotonic()
+        if self.outage_since is None:
+            self.outage_since = now
+        elif now - self.outage_said < OUTAGE_REPORT_EVERY:
+            return
+        self.outage_said = now
+        owner.emit(
+            "api.unavailable",
+            f"{owner.name}: the TPU API is unavailable for "
+            f"{format_duration(now - self.outage_since)} ({error.message}); the job runs on, "
+            "nothing is decided until the API answers",
+            status=error.details.get("status"),
+        )
+
+    def recovered(self) -> None:
+        if self.outage_since is None:
+            return
+        owner = self.owner
+        lasted = owner.clock.monotonic() - self.outage_since
+        self.outage_since = None
+        owner.emit(
+            "api.available",
+            f"{owner.name}: the TPU API answers again after {format_duration(lasted)}",
+        )
 
     def saw_state(self, state: str, initiator: str | None, failure: str | None) -> bool:
         owner = self.owner
@@ -49,6 +86,7 @@ class QrWatch:
 
     def on_watch(self, event: WatchEvent) -> None:
         owner = self.owner
+        owner.renew_lease()  # a wait may last hours: the lease lives on through its polls
         if event.kind == "state":
             observation = event.observation
             self.saw_state(

@@ -25,6 +25,7 @@ journal, clock) is injected, and every decision goes to `on_event` and the journ
 from __future__ import annotations
 
 import random
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +35,7 @@ from tpuctl.clock import Clock
 from tpuctl.cloud.watcher import GONE, SUSPENDED_STATES, WatchPolicy
 from tpuctl.envelope import Result
 from tpuctl.errors import (
+    ApiUnavailableError,
     DeadlineError,
     Interrupted,
     NotFoundError,
@@ -45,15 +47,19 @@ from tpuctl.jobs.adapters import (
     JobOps,
     JobRecord,
     JournalLike,
+    LeaseLike,
     QueuedResourceOps,
     StorageJobRecord,
 )
 from tpuctl.jobs.job_watch import JobDone, JobWatch
 from tpuctl.jobs.qr_watch import QrWatch
+from tpuctl.storage.lease import LeaseLost
 
 if TYPE_CHECKING:
+    from tpuctl.cloud.resolve import Location
     from tpuctl.fanout.operations import Fleet
     from tpuctl.spec.model import Spec
+    from tpuctl.storage.lease import Holder, Lease
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class UpOptions:
     start_attempts: int = 3  # deliver_and_start tries (SSH right after ACTIVE can be early)
     running_timeout: float = 600.0  # after a start, how long the job may take to be running
     resume_hint: str | None = None  # e.g. "tpuctl up job.yaml", for the Ctrl-C message
+    wait_for_lease: bool = False  # another up holds the run: wait for it instead of exiting
 
 
 def up_options(
@@ -96,6 +103,20 @@ def up_options(
     if provision_timeout is None and spec.deadlines.provision is not None:
         provision_timeout = spec.deadlines.provision.total_seconds()
     return UpOptions(queue_timeout=queue_timeout, provision_timeout=provision_timeout, **settings)
+
+
+def run_lease(spec: Spec, location: Location, *, command: str) -> Lease:
+    """The lease of the spec's run: next to its journal, or without checkpoint.dir in this
+    user's state directory (which guards this machine only)."""
+    from tpuctl.storage.lease import Lease, local_lease_storage, path_of
+    from tpuctl.worker import lease_location
+
+    url = lease_location(spec)
+    if url is not None:
+        storage, name = path_of(url)
+        return Lease(storage, name, command=command)
+    storage = local_lease_storage(location.project, location.zone)
+    return Lease(storage, f"{spec.name}.json", command=command)
 
 
 @dataclass
@@ -131,6 +152,7 @@ class Babysitter:
         on_event: Callable[[UpEvent], None] | None = None,
         rng: random.Random | None = None,
         stop_requested: Callable[[], bool] | None = None,
+        lease: LeaseLike | None = None,
     ) -> None:
         self.spec = spec
         # Ctrl-C inside an SSH fan-out is absorbed by the engine (it returns an interrupted
@@ -149,6 +171,7 @@ class Babysitter:
         self.result = UpResult(name=self.name, outcome="running")
         self.job = JobWatch(self)
         self.qr_watch = QrWatch(self)
+        self.lease = lease
         self._fleet: Fleet | None = None
 
     # --------------------------------------------------------------------------- plumbing
@@ -176,7 +199,43 @@ class Babysitter:
     # --------------------------------------------------------------------------- entry point
 
     def run(self) -> UpResult:
-        """Babysit until done; raise the TpuctlError whose exit code says how it ended."""
+        """Babysit until done; raise the TpuctlError whose exit code says how it ended.
+
+        The run's lease is taken first: with another `up` alive on it, LeaseHeld before
+        anything is written or done (or, `wait_for_lease`, a wait until it ends)."""
+        self._take_lease()
+        try:
+            return self._run()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
+
+    def _take_lease(self) -> None:
+        if self.lease is None:
+            return
+        said: list[str] = []
+
+        def waiting(holder: Holder) -> None:
+            if not said:
+                said.append(holder.id)
+                message = f"{self.name}: waiting for {holder.describe(self.clock.now())} to end"
+                self.on_event(UpEvent(self.clock.now(), "lease.waiting", message, {}))
+
+        previous = self.lease.acquire(wait=self.options.wait_for_lease, on_wait=waiting)
+        if previous is not None:
+            self.emit(
+                "lease.taken_over",
+                f"{self.name}: took the run over from {previous.describe(self.clock.now())}",
+                previous_host=previous.host,
+                previous_pid=previous.pid,
+            )
+
+    def renew_lease(self) -> None:
+        """Keep the lease (called on every poll, waits included); LeaseLost if taken over."""
+        if self.lease is not None:
+            self.lease.renew_if_due()
+
+    def _run(self) -> UpResult:
         recovery = self.spec.recovery
         self.result.started_at = self.clock.now()
         self.emit(
@@ -210,6 +269,17 @@ class Babysitter:
         """Whatever made `up` give up (a budget, a crash loop, FAILED), the queued resource is
         not left billing: deleted unless --keep, and said so. (A FAILED one can still hold
         ACTIVE slices. Deadlines are handled by the wait, Ctrl-C leaves it on purpose.)"""
+        if isinstance(error, LeaseLost):
+            return  # another up babysits the run now: it decides
+        if isinstance(error, ApiUnavailableError):
+            # Nothing can be deleted while the API is down: name what is left and the way on.
+            resume = self._resume_command()
+            error.hint = (
+                f"{self.name} and its job may still be running: resume with: {resume}  or "
+                f"delete it with: {self.qr.delete_command()}"
+            )
+            error.details["deleted"] = False
+            return
         if self.qr_watch.state == GONE or isinstance(error, DeadlineError):
             return
         if self.options.keep:
@@ -241,9 +311,13 @@ class Babysitter:
             reason=error.message,
         )
 
+    def _resume_command(self) -> str:
+        """The command that picks this run up again, every word shell-quoted."""
+        return self.options.resume_hint or shlex.join(["tpuctl", "up", self.spec.source])
+
     def _interrupted(self) -> Interrupted:
         state = self.qr_watch.state or "unknown"
-        resume = self.options.resume_hint or f"tpuctl up {self.spec.source}"
+        resume = self._resume_command()
         delete = self.qr.delete_command()
         return Interrupted(
             f"interrupted: stopped babysitting {self.name} (state {state}); the queued resource "
@@ -282,7 +356,14 @@ class Babysitter:
 
     def _poll_once(self) -> None:
         self.check_stop()
-        observation = self.qr.observe()
+        self.renew_lease()
+        try:
+            observation = self.qr.observe()
+        except ApiUnavailableError as error:
+            # Nothing is decided blind: the job runs on, and up waits for the API with it.
+            self.qr_watch.outage(error)
+            return
+        self.qr_watch.recovered()
         watch = self.qr_watch
         changed = watch.saw_state(observation.state, observation.initiator, observation.failure)
         if self.record.is_done():

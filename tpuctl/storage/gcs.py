@@ -192,6 +192,46 @@ class GcsStorage(Storage):
             if name:
                 self._delete_blob(name)
 
+    def read_versioned(self, path: str) -> tuple[str, str] | None:
+        from google.api_core import exceptions as api
+
+        name = self._name(path)
+        with _gcs_errors(self.child_url(path)):
+            blob = self.bucket.get_blob(name)
+            if blob is None:
+                return None
+            try:
+                data: bytes = blob.download_as_bytes(if_generation_match=blob.generation)
+            except (api.PreconditionFailed, api.NotFound):  # replaced or gone meanwhile
+                return self.read_versioned(path)
+        return data.decode("utf-8"), str(blob.generation)
+
+    def replace_if(self, path: str, version: str, text: str) -> bool:
+        from google.api_core import exceptions as api
+
+        blob = self.bucket.blob(self._name(path))
+        with _gcs_errors(self.child_url(path)):
+            try:
+                blob.upload_from_string(
+                    text.encode("utf-8"),
+                    content_type="text/plain; charset=utf-8",
+                    if_generation_match=int(version),
+                )
+            except (api.PreconditionFailed, api.NotFound):
+                return False
+        return True
+
+    def delete_if(self, path: str, version: str) -> bool:
+        from google.api_core import exceptions as api
+
+        blob = self.bucket.blob(self._name(path))
+        with _gcs_errors(self.child_url(path)):
+            try:
+                blob.delete(if_generation_match=int(version))
+            except (api.PreconditionFailed, api.NotFound):
+                return False
+        return True
+
     def _delete_blob(self, name: str) -> None:
         from google.api_core import exceptions as api
 

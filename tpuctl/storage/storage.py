@@ -81,6 +81,20 @@ class Storage(ABC):
         Removing what is not there is not an error.
         """
 
+    # Compare-and-swap on one small file (a lease): `version` names one write of it.
+
+    @abstractmethod
+    def read_versioned(self, path: str) -> tuple[str, str] | None:
+        """(text, version) of a file, or None when there is none."""
+
+    @abstractmethod
+    def replace_if(self, path: str, version: str, text: str) -> bool:
+        """Replace the file with `text` only if it is still at `version`; False otherwise."""
+
+    @abstractmethod
+    def delete_if(self, path: str, version: str) -> bool:
+        """Remove the file only if it is still at `version`; False otherwise."""
+
     @abstractmethod
     def newest_modified(self, path: str = "") -> datetime | None:
         """The newest modification time of anything under a directory (None if it is empty)."""
@@ -227,6 +241,49 @@ class LocalStorage(Storage):
             else:
                 with contextlib.suppress(FileNotFoundError):
                     target.unlink()
+
+    def _version(self, target: Path) -> str | None:
+        try:
+            info = target.stat()
+        except FileNotFoundError:
+            return None
+        return f"{info.st_ino}-{info.st_mtime_ns}-{info.st_size}"
+
+    @contextlib.contextmanager
+    def _swap_lock(self, target: Path) -> Iterator[None]:
+        """Compare-and-swaps on one file exclude one another (an flock beside it)."""
+        import fcntl
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def read_versioned(self, path: str) -> tuple[str, str] | None:
+        target = self._path(path)
+        with self._errors(path), self._swap_lock(target):
+            version = self._version(target)
+            if version is None:
+                return None
+            return target.read_text(encoding="utf-8"), version
+
+    def replace_if(self, path: str, version: str, text: str) -> bool:
+        target = self._path(path)
+        with self._errors(path), self._swap_lock(target):
+            if self._version(target) != version:
+                return False
+            return self.write_text(path, text)
+
+    def delete_if(self, path: str, version: str) -> bool:
+        target = self._path(path)
+        with self._errors(path), self._swap_lock(target):
+            if self._version(target) != version:
+                return False
+            target.unlink()
+            return True
 
     def newest_modified(self, path: str = "") -> datetime | None:
         newest: float | None = None
