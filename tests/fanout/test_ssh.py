@@ -131,3 +131,14 @@ def test_fanout_documents_match_the_contract(tpuctl: Project, qr: QR, tmp_path: 
     assert uploaded["transfer"]["bytes"] > 0
     downloaded = run("upload", "download", "~/src", str(tmp_path / "back"))
     assert downloaded["transfer"]["files"] >= 1
+
+
+def test_several_words_after_the_dashes_arrive_as_one_argv(tpuctl: Project, qr: QR) -> None:
+    """The README's example: an argv with a `;` and parentheses inside one word, as kubectl exec
+    and docker exec keep it; one word stays a shell line."""
+    argv = ["python3", "-c", "import sys; print(len(sys.argv), 'ok (x)')", "a b", "$HOME"]
+    outcome = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--", *argv)
+    assert outcome.exit_code == 0, outcome.stderr
+    assert "[0/0] 3 ok (x)" in outcome.stdout  # the two extra words arrived whole, unexpanded
+    line = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--", "echo $((6 * 7)) | cat")
+    assert "[0/0] 42" in line.stdout  # one word: a shell command line, run as written

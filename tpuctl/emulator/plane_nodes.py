@@ -82,7 +82,10 @@ class PlaneWorker:
     def marker_env(self) -> dict[str, str]:
         """What every process on this VM inherits beyond the login basics."""
         return {
+            # google-auth reads the metadata host from the first and pings the second: both
+            # are this VM's own metadata server, never the link-local address.
             "GCE_METADATA_HOST": f"{self.ip}:{self.plane.metadata_port}",
+            "GCE_METADATA_IP": f"{self.ip}:{self.plane.metadata_port}",
             "TPUCTL_VM_ROOT": str(self.vm_root),
             vm.EMULATOR_MARKER: self.plane.instance_id,
             vm.WORKER_MARKER: self.marker,
