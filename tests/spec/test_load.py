@@ -100,13 +100,6 @@ def test_minimal_spec_gets_every_default(load: Load, minimal: str) -> None:
     assert spec.project is None and spec.zone is None
 
 
-def test_null_values_mean_default(load: Load, minimal: str) -> None:
-    spec = load(minimal + "  network:\n  slices:\ncapacity:\njob:\n").spec
-    assert spec.tpu.network is None and spec.tpu.slices == 1
-    assert spec.capacity.tier == "on-demand"
-    assert spec.job is None
-
-
 def test_job_defaults(load: Load, minimal: str) -> None:
     job = load(minimal + "job:\n  command: python3 train.py\n").spec.job
     assert job is not None
@@ -272,7 +265,7 @@ def test_fingerprint_is_stable_and_ignores_where_and_formatting(minimal: str) ->
     assert len(first) == 12 and int(first, 16) >= 0
     reformatted = (
         "# a comment\napiVersion: tpuctl/v1\ntpu: {runtime: tpu-ubuntu2204-base, "
-        "accelerator: V4-16}\nname: demo\nproject: other\nzone: elsewhere\n"
+        "accelerator: V4-16}\nname: demo\nproject: other-project\nzone: europe-west4-a\n"
     )
     assert spec_fingerprint(load_spec_text(reformatted, source="b.yaml").spec) == first
     changed = load_spec_text(minimal + "  slices: 2\n").spec

@@ -95,11 +95,6 @@ def test_override_value_not_yaml(minimal: str) -> None:
     assert info.value.location == SourceLocation("--set tpu.tags=[a")
 
 
-def test_override_empty_value_resets_to_default(minimal: str) -> None:
-    spec = load_spec_text(minimal + "  slices: 3\n", overrides=["tpu.slices="]).spec
-    assert spec.tpu.slices == 1
-
-
 # --- ${VAR} -----------------------------------------------------------------------------------
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+from tpuctl.clock import format_duration, rfc3339
 from tpuctl.errors import SpecError
 from tpuctl.spec.check import Checker
 from tpuctl.spec.command import CommandShape, analyse, command_line, given_flags
@@ -87,9 +88,10 @@ class Values:
 
 
 class Builder:
-    def __init__(self, checker: Checker, values: Values) -> None:
+    def __init__(self, checker: Checker, values: Values, now: datetime | None = None) -> None:
         self.checker = checker
         self.values = values
+        self.now = now  # when a request made from the spec would be sent; None: not judged
         self.warnings: list[str] = []
 
     def error(self, message: str, path: str, hint: str | None = None) -> SpecError:
@@ -216,6 +218,14 @@ class Builder:
                 "set capacity.tier: reserved, or remove reservation",
             )
         until, after = capacity["valid_until"], capacity["valid_after"]
+        if self.now is not None and isinstance(until, datetime) and until <= self.now:
+            ago = format_duration((self.now - until).total_seconds())
+            raise self.error(
+                f"{rfc3339(until)} was {ago} ago: the request would give up queueing before "
+                "it is sent",
+                "capacity.valid_until",
+                "give a later time, or a duration such as 6h (counted from the create)",
+            )
         if (
             until is not None
             and after is not None

@@ -3,6 +3,7 @@ with "did you mean", types, enums, patterns and ranges, each error at its file:l
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta
@@ -16,7 +17,7 @@ from tpuctl.spec.durations import (
     parse_time_bound,
 )
 from tpuctl.spec.fields import ROOT, Field
-from tpuctl.spec.yamlsource import Document, join_path
+from tpuctl.spec.yamlsource import Document, join_path, other_base_integer
 
 
 def describe_value(value: object) -> str:
@@ -86,7 +87,9 @@ class Checker:
         for child in section.children:
             child_path = join_path(path, child.name)
             value = data.get(child.name)
-            if value is None:  # `key:` with nothing after it means "use the default"
+            if value is None:
+                if child.name in data:  # `key:`, `key: null`, `--set key=`: never the default
+                    raise self._no_value(child, child_path)
                 if child.required:
                     raise self._missing(child, path)
                 continue
@@ -104,6 +107,19 @@ class Checker:
             path=join_path(path, child.name),
             hint=f"add `{child.name}:{example}`{where}",
         )
+
+    def _no_value(self, child: Field, path: str) -> SpecError:
+        if child.kind == "section":
+            hint = "give its keys, or leave the key out"
+        elif child.default not in (None, [], {}) or child.default_doc:
+            default = child.default_doc or json.dumps(child.default).strip('"')
+            hint = f"give a value (the default is {default}), or leave the key out for the default"
+        elif child.required:
+            example = f", e.g. {child.example}" if isinstance(child.example, (str, int)) else ""
+            hint = f"give a value{example}"
+        else:
+            hint = "give a value, or leave the key out"
+        return self.error("has no value", path, hint, at_key=True)
 
     def _one_of(self, section: Field, result: dict[str, Any], path: str) -> None:
         def spell(group: tuple[str, ...]) -> str:
@@ -193,6 +209,13 @@ class Checker:
             raise self.error(f"{value!r} is not a valid {field.name}", path, f"use {rule}")
 
     def integer(self, field: Field, value: object, path: str) -> int:
+        if isinstance(value, str) and (reading := other_base_integer(value)) is not None:
+            # YAML 1.1 reads 010 as 8 and 0x10 as 16; the spec's loader leaves them strings.
+            raise self.error(
+                f"{value!r} is not a decimal integer (YAML may read it as {reading})",
+                path,
+                "write it in decimal, without a leading 0 or a base prefix",
+            )
         # bool is an int subclass in Python; `slices: true` is a mistake, not 1.
         if isinstance(value, bool) or not isinstance(value, int):
             hint = "write a whole number without quotes" if isinstance(value, str) else None

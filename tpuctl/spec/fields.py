@@ -37,6 +37,18 @@ LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
 MAX_LABELS = 64
 POSIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 TOPOLOGY_PATTERN = r"^[0-9]+x[0-9]+(x[0-9]+)?$"
+# Google Cloud project ids: 6 to 30 characters, lowercase letters, digits and hyphens, starting
+# with a letter, not ending with a hyphen; older projects may carry a domain (example.com:id).
+_PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
+_DOMAIN = r"(?:[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}"
+PROJECT_PATTERN = rf"^(?:{_DOMAIN}:)?{_PROJECT_ID}$"
+PROJECT_RULE = (
+    "a project id: 6 to 30 lowercase letters, digits and hyphens, starting with a letter, "
+    "not ending with a hyphen, e.g. my-project; or the legacy form example.com:my-project"
+)
+# Compute zones: <region>-<letter>, the region a continent, a direction and a number.
+ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
+ZONE_RULE = "a zone name such as us-central2-b or europe-west4-a: a region, a hyphen, a letter"
 
 
 @dataclass(frozen=True)
@@ -397,13 +409,18 @@ SPEC_FIELDS: tuple[Field, ...] = (
     Field(
         "project",
         "str",
-        "Google Cloud project; otherwise from --project or the environment.",
+        "Google Cloud project id (e.g. my-project, or the legacy example.com:my-project); "
+        "otherwise from --project or the environment.",
+        pattern=PROJECT_PATTERN,
+        rule=PROJECT_RULE,
         example="my-project",
     ),
     Field(
         "zone",
         "str",
-        "Zone of the TPUs; otherwise from --zone or the environment.",
+        "Zone of the TPUs (e.g. us-central2-b); otherwise from --zone or the environment.",
+        pattern=ZONE_PATTERN,
+        rule=ZONE_RULE,
         example="us-central2-b",
     ),
     Field(

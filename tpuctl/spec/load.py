@@ -51,12 +51,17 @@ def load_spec(
     *,
     overrides: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
 ) -> LoadedSpec:
-    """Read and validate the spec at `path` ("-" reads stdin). Raises SpecError (exit 2)."""
+    """Read and validate the spec at `path` ("-" reads stdin). Raises SpecError (exit 2).
+
+    `now`: when a request made from it would be sent (validate, render, create, up); an
+    absolute capacity.valid_until before it is then an error. Commands that look at a queued
+    resource made long ago leave it None."""
     name = os.fspath(path)
     source = _STDIN_SOURCE if name == "-" else name
     return load_spec_text(
-        _read_spec(name, source), source=source, overrides=overrides, environ=environ
+        _read_spec(name, source), source=source, overrides=overrides, environ=environ, now=now
     )
 
 
@@ -95,8 +100,10 @@ def load_spec_text(
     source: str = "<spec>",
     overrides: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
 ) -> LoadedSpec:
-    """Validate spec text; `source` names it in messages and becomes `Spec.source`."""
+    """Validate spec text; `source` names it in messages and becomes `Spec.source`; `now` as
+    for load_spec."""
     env = os.environ if environ is None else environ
     document = compose_document(text, source, env)
     if document is None or document.data is None:
@@ -116,7 +123,7 @@ def load_spec_text(
         apply_override(document, override, env)
     checker = Checker(document)
     values = checker.root()
-    builder = Builder(checker, Values(values, ""))
+    builder = Builder(checker, Values(values, ""), now)
     spec = builder.build()
     locations = {path: where for path, where in document.values.items() if path}
     return LoadedSpec(

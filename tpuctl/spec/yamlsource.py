@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import yaml
 from yaml.constructor import SafeConstructor
@@ -28,10 +28,57 @@ _PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _VARIABLE = re.compile(r"\$\$\{|\$\{(?P<body>[^}\n]*)(?P<close>\})?")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
+_INT_TAG = "tag:yaml.org,2002:int"
+# YAML 1.1 reads 010 as 8, 0x10 as 16, 0b10 as 2 and 1:30 as 90: a spec's integers are
+# decimal, anything else stays the string it was written as (and an integer field says so).
+_DECIMAL_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
+_OTHER_BASE_INT = re.compile(
+    r"[-+]?(?P<digits>0[0-9_]+|0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+"
+    r"|[1-9][0-9_]*(?::[0-5]?[0-9])+)",
+    re.ASCII,
+)
+
+L = TypeVar("L", bound=type[Resolver])
+
+
+def _decimal_integers(loader: L) -> L:
+    """A subclass of `loader` whose implicit integers are decimal only."""
+    resolvers = {
+        first: [(tag, pattern) for tag, pattern in entries if tag != _INT_TAG]
+        for first, entries in loader.yaml_implicit_resolvers.items()
+    }
+    subclass = cast(
+        L, type(f"Decimal{loader.__name__}", (loader,), {"yaml_implicit_resolvers": resolvers})
+    )
+    subclass.add_implicit_resolver(_INT_TAG, _DECIMAL_INT, list("-+0123456789"))
+    return subclass
+
+
 try:  # libyaml is much faster; PyYAML wheels ship it but a source build may not.
-    from yaml import CSafeLoader as _FastLoader
+    from yaml import CSafeLoader as _CLoader
 except ImportError:  # pragma: no cover - depends on the PyYAML build
-    from yaml import SafeLoader as _FastLoader  # type: ignore[assignment]
+    from yaml import SafeLoader as _CLoader  # type: ignore[assignment]
+_FastLoader = _decimal_integers(_CLoader)
+_PythonLoader = _decimal_integers(yaml.SafeLoader)
+_SpecResolver = _decimal_integers(Resolver)
+
+
+def other_base_integer(text: str) -> int | None:
+    """What a YAML reader may make of an integer written in another base than 10 (010 → 8,
+    0o10 → 8, 0x10 → 16, 0b10 → 2, 1:30 → 90); None when `text` is no such integer."""
+    match = _OTHER_BASE_INT.fullmatch(text.strip())
+    if match is None:
+        return None
+    digits = match["digits"].replace("_", "")
+    if ":" in digits:
+        value = 0
+        for part in digits.split(":"):
+            value = value * 60 + int(part)
+    elif digits[1:2].isdigit():
+        value = int(digits, 8) if digits.isdigit() and max(digits) < "8" else int(digits)
+    else:
+        value = int(digits, 0)
+    return -value if text.strip().startswith("-") else value
 
 
 @dataclass
@@ -102,7 +149,7 @@ def compose_document(text: str, source: str, environ: Mapping[str, str]) -> Docu
     """Parse one YAML document; None when it is empty. Every problem is a SpecError."""
     if len(text) > MAX_SPEC_CHARS:
         raise spec_too_large(source)
-    loader = _FastLoader if _nesting(text) < _C_NESTING_BUDGET else yaml.SafeLoader
+    loader = _FastLoader if _nesting(text) < _C_NESTING_BUDGET else _PythonLoader
     try:
         root = yaml.compose(text, Loader=loader)
     except yaml.MarkedYAMLError as exc:
@@ -136,7 +183,7 @@ def spec_too_large(source: str) -> SpecError:
 
 def load_value(text: str, *, location: SourceLocation, path: str) -> Any:
     """A `--set` value, typed as YAML types it (`2` → int, `[a, b]` → list), keys as strings."""
-    loader = _FastLoader if _nesting(text) < _C_NESTING_BUDGET else yaml.SafeLoader
+    loader = _FastLoader if _nesting(text) < _C_NESTING_BUDGET else _PythonLoader
     try:
         return _string_keys(yaml.load(text, Loader=loader))
     except yaml.YAMLError as exc:
@@ -188,7 +235,7 @@ class _Walker:
         self.document = document
         self.environ = environ
         self.constructor = SafeConstructor()
-        self.resolver = Resolver()
+        self.resolver = _SpecResolver()
         self.nodes = 0
         self.active: set[int] = set()
 
