@@ -9,6 +9,7 @@ out; 10 workers unreachable (worse than a failure, so it wins); 8 a host key did
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,6 +66,14 @@ def _finish(app: AppContext, result: FanoutResult, *, quiet_when_ok: bool = Fals
     default=None,
     help="Write each worker's output to DIR/<node>-w<worker>.out/.err instead of the terminal.",
 )
+@click.option(
+    "--stdin",
+    "forward_stdin",
+    is_flag=True,
+    default=False,
+    help="Read local stdin (a file or a pipe) once and send those bytes to COMMAND on every "
+    "worker, then EOF. Without it COMMAND's stdin is empty.",
+)
 @ssh_options
 def ssh(
     *,
@@ -75,6 +84,7 @@ def ssh(
     detach: bool,
     timeout: float | None,
     output_dir: Path | None,
+    forward_stdin: bool,
     **values: Any,
 ) -> None:
     """Run COMMAND on the selected workers of every slice (tpuctl ssh NAME -- COMMAND…).
@@ -82,8 +92,15 @@ def ssh(
     One argument after `--` is a shell command line, run as written (`'make && ./train'`);
     several are an argv, each word quoted so it arrives as given (`-- python3 -c 'print(1)'`).
     Output is streamed as `[slice/worker] line`, then a table of every worker's exit code,
-    duration and status. With no COMMAND and one worker, opens an interactive shell.
-    --detach starts COMMAND in its own session on every worker (see ps, logs, stop).
+    duration and status. --detach starts COMMAND in its own session on every worker (see ps,
+    logs, stop).
+
+    Stdin: COMMAND reads EOF at once, so nothing waits for input; with --stdin it reads the
+    bytes of local stdin (read once, the same on every worker), then EOF.
+
+    With no COMMAND and one worker (default 0/0), a shell: at a terminal an interactive one
+    (a pty); otherwise, with no pty, the shell reads local stdin until EOF and tpuctl exits
+    with its exit code (`tpuctl ssh NAME --node 0 --worker 0 < script.sh`).
     """
     from tpuctl.fanout import operations
 
@@ -91,6 +108,9 @@ def ssh(
     text = command[0] if len(command) == 1 else shlex.join(command)
     if not text and (detach or timeout or output_dir):
         raise UsageError("--detach, --timeout and --output-dir need a COMMAND")
+    local_stdin = sys.stdin.buffer
+    if forward_stdin:
+        _check_forwarding(text, detach, local_stdin.isatty())
     fleet = reach(
         app, target, values, node=node, worker=worker, default="all" if text else "0"
     ).fleet
@@ -109,12 +129,38 @@ def ssh(
     try:
         with progress.shown(streaming=sink is not None and files is None):
             result = operations.run_command(
-                fleet, text, timeout=timeout, on_output=sink, on_event=progress, raw=bool(files)
+                fleet,
+                text,
+                timeout=timeout,
+                on_output=sink,
+                on_event=progress,
+                raw=bool(files),
+                stdin=local_stdin.read() if forward_stdin else None,
             )
     finally:
         if files is not None:
             files.close()
     _finish(app, result)
+
+
+def _check_forwarding(command: str, detach: bool, terminal: bool) -> None:
+    """--stdin only where bytes read once can reach a command that reads them."""
+    if not command:
+        raise UsageError(
+            "--stdin needs a COMMAND; the shell (no COMMAND) reads local stdin already",
+            hint="tpuctl ssh NAME --node N --worker W < script.sh",
+        )
+    if detach:
+        raise UsageError(
+            "--stdin cannot be used with --detach: a detached run outlives tpuctl and reads "
+            "/dev/null",
+            hint="upload the input first (tpuctl upload) and have the command read the file",
+        )
+    if terminal:
+        raise UsageError(
+            "--stdin reads a file or a pipe, not a terminal",
+            hint="tpuctl ssh NAME --stdin -- COMMAND < FILE, or PRODUCER | tpuctl ssh …",
+        )
 
 
 def _shell(fleet: Fleet) -> None:

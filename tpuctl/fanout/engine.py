@@ -58,7 +58,7 @@ Command = str | Callable[[WorkerTarget], str]
 class FanoutOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     timeout: float | None = None  # per command, from its start
-    stdin: bytes | None = None  # sent to every command, then EOF
+    stdin: bytes | None = None  # sent to every command, then EOF (None: EOF at once)
     keep_output: bool = False  # keep all stdout (probes parse it), not just the tail
     # on_output gets every chunk as it arrives (bytes: a download's archive), not whole lines
     raw_output: bool = False
@@ -105,7 +105,7 @@ class FanOut:
                 return
             outcome = self._setup(self.targets[index])
             self._monitor.post(outcome)
-            if isinstance(outcome, Session) and self.options.stdin is not None:
+            if isinstance(outcome, Session):
                 # Feeding stdin keeps this slot: transfers stay bounded by batch_size too.
                 self._feed(outcome, self.options.stdin)
 
@@ -174,13 +174,16 @@ class FanOut:
             session.deadline = session.started + self.options.timeout
         return session
 
-    def _feed(self, session: Session, data: bytes) -> None:
+    def _feed(self, session: Session, data: bytes | None) -> None:
+        """Send `data`, then EOF. Always EOF: a command that reads stdin (`head -c 10`, a
+        shell script reading lines) would otherwise wait for input that never comes."""
         channel = session.channel
         try:
-            channel.sendall(data)
+            if data:
+                channel.sendall(data)
             channel.shutdown_write()
         except Exception:
-            pass
+            pass  # the worker closed its stdin or the connection: its result says which
 
     def _failed(self, result: WorkerResult, began: float, kind: str, error: str) -> WorkerResult:
         result.status = kind  # type: ignore[assignment]

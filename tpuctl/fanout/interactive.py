@@ -1,4 +1,5 @@
-"""An interactive shell on one worker: a pty, the local terminal in raw mode, window resizes."""
+"""A shell on one worker: at a terminal, interactive (a pty, the local terminal in raw mode,
+window resizes); otherwise a shell reading local stdin (a script) until EOF, with no pty."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import select
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,15 +56,22 @@ def interactive_shell(
     *,
     stdin_fd: int | None = None,
     stdout_fd: int | None = None,
+    stderr_fd: int | None = None,
 ) -> int:
-    """Open a login shell on `target` with the local terminal attached; its exit status."""
+    """Open a login shell on `target`; its exit status. With stdin a terminal, the terminal is
+    attached through a pty. Otherwise no pty is asked for (as `ssh host < script.sh`): local
+    stdin is forwarded until EOF, then the shell's stdin is closed, so it runs what it read
+    and ends; its stdout and stderr stay apart."""
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
+    err_fd = sys.stderr.fileno() if stderr_fd is None else stderr_fd
+    terminal = os.isatty(in_fd)
     try:
         transport = connect(target, options)
         width, height = _terminal_size(out_fd)
         term = os.environ.get("TERM", "xterm-256color")
-        channel = open_channel(transport, options.connect_timeout, pty=(term, width, height))
+        pty = (term, width, height) if terminal else None
+        channel = open_channel(transport, options.connect_timeout, pty=pty)
     except SetupError as error:
         raise UnreachableError(
             f"worker {target.label}: {error}", worker=target.label, status=error.kind
@@ -72,6 +81,11 @@ def interactive_shell(
     except StartError as error:
         close_transport(transport)
         raise UnreachableError(f"worker {target.label}: {error}") from None
+    if not terminal:
+        try:
+            return _piped(channel, in_fd, out_fd, err_fd)
+        finally:
+            close_transport(transport)
 
     def resize(_signum: int, _frame: Any) -> None:
         with contextlib.suppress(Exception):
@@ -85,6 +99,48 @@ def interactive_shell(
     finally:
         signal.signal(signal.SIGWINCH, previous)
         close_transport(transport)
+
+
+def _piped(channel: Any, in_fd: int, out_fd: int, err_fd: int) -> int:
+    """Forward stdin (a thread: sending may wait for the worker's window while its output must
+    still be read here) and copy stdout and stderr until the worker's EOF; the exit status."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # what tpuctl printed comes before what the shell prints
+    forwarder = threading.Thread(
+        target=_forward, args=(channel, in_fd), name="tpuctl-stdin", daemon=True
+    )
+    forwarder.start()
+    while True:
+        # The channel's fd is readable when stdout or stderr data, EOF or a close arrives.
+        select.select([channel], [], [])
+        while channel.recv_ready():
+            _write_all(out_fd, channel.recv(65536))
+        while channel.recv_stderr_ready():
+            _write_all(err_fd, channel.recv_stderr(65536))
+        ended = channel.eof_received or channel.closed
+        if ended and not (channel.recv_ready() or channel.recv_stderr_ready()):
+            break
+    # A shell that ended before its stdin did (`exit` early) leaves the forwarder blocked on
+    # a read; it is a daemon thread and goes with the process.
+    return int(channel.recv_exit_status())
+
+
+def _forward(channel: Any, in_fd: int) -> None:
+    """Local stdin to the channel until EOF, then EOF to the worker."""
+    try:
+        while data := os.read(in_fd, 65536):
+            channel.sendall(data)
+        channel.shutdown_write()
+    except Exception:
+        # The shell ended or the connection dropped: the reading side reports it, and a
+        # thread must not print a traceback over the shell's output.
+        return
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _pump(channel: Any, in_fd: int, out_fd: int) -> None:

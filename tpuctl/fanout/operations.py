@@ -69,14 +69,16 @@ def run_command(
     on_output: OutputCallback | None = None,
     on_event: EventCallback | None = None,
     raw: bool = False,
+    stdin: bytes | None = None,
 ) -> FanoutResult:
     """Run `command` attached on every worker; output streams through `on_output`, as lines,
-    or (`raw`) byte for byte as it arrives (files that must hold exactly what was sent)."""
+    or (`raw`) byte for byte as it arrives (files that must hold exactly what was sent). Each
+    command reads `stdin`, the same bytes everywhere, then EOF (None: EOF at once)."""
     return run_fanout(
         fleet.targets,
         command,
         fleet.connect,
-        fleet.options(timeout=timeout, raw_output=raw),
+        fleet.options(timeout=timeout, raw_output=raw, stdin=stdin),
         on_output=on_output,
         on_event=on_event,
     )
