@@ -115,7 +115,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         spec, spec_label = pick_spec(python, Path(scratch))
         tpuctl = [python, "-m", "tpuctl"]
-        render_args = ["render", str(spec), "--project", "bench", "--zone", "us-central2-b"]
+        render_args = ["render", str(spec), "--project", "bench-project", "--zone", "us-central2-b"]
         cases = [
             Case("baseline: python -c 'import click'", [python, "-c", "import click"], []),
             Case("tpuctl --help", [*tpuctl, "--help"], []),

@@ -191,15 +191,19 @@ def test_name_completion_without_the_api_gives_spec_files_silently(
     if case == "closed port, no project":
         env["TPU_EMULATOR_HOST"] = f"127.0.0.1:{closed_port()}"
     elif case == "no answer":  # only the lookup's own deadline ends this one
-        env.update(TPU_EMULATOR_HOST=silent_server, TPUCTL_PROJECT="p", TPUCTL_ZONE="z")
+        env.update(
+            TPU_EMULATOR_HOST=silent_server,
+            TPUCTL_PROJECT="my-project",
+            TPUCTL_ZONE="us-central2-b",
+        )
         env["TPUCTL_API_RETRY_SECONDS"] = "600"  # what tpuctl list would wait; completion won't
     elif case == "no credentials":
         missing_key = str(workdir.parent / "no-such-key.json")
-        env.update(GOOGLE_APPLICATION_CREDENTIALS=missing_key, TPUCTL_ZONE="z")
+        env.update(GOOGLE_APPLICATION_CREDENTIALS=missing_key, TPUCTL_ZONE="us-central2-b")
     else:  # ADC from `gcloud auth application-default login`, no project anywhere
         adc = Path(env["CLOUDSDK_CONFIG"]) / "application_default_credentials.json"
         adc.write_text(json.dumps(GCLOUD_USER_CREDENTIALS))
-        env["TPUCTL_ZONE"] = "z"
+        env["TPUCTL_ZONE"] = "us-central2-b"
     replies, done = bash_complete(["tpuctl", "status", ""], workdir, env)
     assert replies == ["configs/", "jax.yml", "job.yaml"]
     assert done.stderr == ""

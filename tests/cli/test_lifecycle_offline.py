@@ -76,7 +76,7 @@ def test_spec_location_beats_tpuctl_env_but_flags_beat_the_spec(
     cli: Cli, write_spec: WriteSpec
 ) -> None:
     path = write_spec(SPEC_WITH_LOCATION)
-    env = {"TPUCTL_PROJECT": "env-project", "TPUCTL_ZONE": "env-zone"}
+    env = {"TPUCTL_PROJECT": "env-project", "TPUCTL_ZONE": "us-east5-a"}
     outcome = cli(["create", str(path), "--dry-run", "--format", "json"], env=env)
     assert json.loads(outcome.stdout)["request"]["parent"] == (
         "projects/spec-project/locations/us-central2-b"
@@ -102,14 +102,18 @@ def test_missing_project_and_zone_is_exit_2_naming_each_place(
     for place in ("--project", "TPUCTL_PROJECT", "CLOUDSDK_CORE_PROJECT", "--zone", "gcloud"):
         assert place in error["message"]
     assert len(outcome.stderr.strip().splitlines()) == 1
-    outcome = cli(["status", "some-qr", "--project", "p"], env=env)
+    outcome = cli(["status", "some-qr", "--project", "my-project"], env=env)
     assert outcome.exit_code == 2
     assert "no zone found" in outcome.stderr and "no project" not in outcome.stderr
 
 
 def test_missing_credentials_is_exit_8_in_one_line(spawn: Spawn, tmp_path: Path) -> None:
     env = no_cloud_environment(tmp_path)
-    done = spawn(["status", "some-qr", "--project", "p", "--zone", "z"], env=env, timeout=60)
+    done = spawn(
+        ["status", "some-qr", "--project", "my-project", "--zone", "us-central2-b"],
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 8, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
@@ -117,28 +121,43 @@ def test_missing_credentials_is_exit_8_in_one_line(spawn: Spawn, tmp_path: Path)
         assert place in lines[0]
     assert "metadata server" in lines[0]
     assert "gcloud auth application-default login" in lines[0]
-    done = spawn(["list", "--project", "p", "--zone", "z", "--format", "json"], env=env)
+    done = spawn(
+        ["list", "--project", "my-project", "--zone", "us-central2-b", "--format", "json"], env=env
+    )
     assert done.returncode == 8
     assert json.loads(done.stdout)["error"]["kind"] == "auth"
 
 
 def test_missing_project_without_emulator_also_names_adc(spawn: Spawn, tmp_path: Path) -> None:
     env = no_cloud_environment(tmp_path)
-    done = spawn(["list", "--zone", "z"], env=env)
+    done = spawn(["list", "--zone", "us-central2-b"], env=env)
     assert done.returncode == 2, done.stderr
     assert "Application Default Credentials" in done.stderr
 
 
 def test_delete_refuses_without_yes_when_stdin_is_not_a_terminal(cli: Cli) -> None:
     env = {"TPU_EMULATOR_HOST": f"127.0.0.1:{closed_port()}"}
-    outcome = cli(["delete", "some-qr", "--project", "p", "--zone", "z"], env=env)
+    outcome = cli(
+        ["delete", "some-qr", "--project", "my-project", "--zone", "us-central2-b"], env=env
+    )
     assert outcome.exit_code == 2
     assert "--yes" in outcome.stderr
     assert "some-qr" in outcome.stderr
 
 
 def test_bad_duration_is_a_usage_error(cli: Cli) -> None:
-    outcome = cli(["wait", "x", "--project", "p", "--zone", "z", "--queue-timeout", "soon"])
+    outcome = cli(
+        [
+            "wait",
+            "x",
+            "--project",
+            "my-project",
+            "--zone",
+            "us-central2-b",
+            "--queue-timeout",
+            "soon",
+        ]
+    )
     assert outcome.exit_code == 2
     assert "duration" in outcome.stderr
 

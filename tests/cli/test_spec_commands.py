@@ -171,10 +171,12 @@ def test_validate_set_override(cli: Cli, write_spec: WriteSpec) -> None:
 
 
 def test_render_request_default(cli: Cli, write_spec: WriteSpec) -> None:
-    outcome = cli(["render", str(write_spec()), "--project", "p1", "--zone", "us-central2-b"])
+    outcome = cli(
+        ["render", str(write_spec()), "--project", "project-1", "--zone", "us-central2-b"]
+    )
     assert outcome.exit_code == 0, outcome.stderr
     request = json.loads(outcome.stdout)
-    assert request["parent"] == "projects/p1/locations/us-central2-b"
+    assert request["parent"] == "projects/project-1/locations/us-central2-b"
     assert request["queued_resource_id"] == "demo"
     assert "spot" in request["queued_resource"]
     node_spec = request["queued_resource"]["tpu"]["node_spec"][0]
@@ -188,7 +190,7 @@ def test_render_request_default(cli: Cli, write_spec: WriteSpec) -> None:
             "render",
             str(write_spec()),
             "--project",
-            "p1",
+            "project-1",
             "--zone",
             "us-central2-b",
             "--format",
@@ -205,8 +207,20 @@ def test_render_request_default(cli: Cli, write_spec: WriteSpec) -> None:
 
 
 def test_render_request_yaml(cli: Cli, write_spec: WriteSpec) -> None:
-    args = ["render", str(write_spec()), "--project", "p", "--zone", "z", "--format", "yaml"]
-    assert yaml.safe_load(cli(args).stdout)["request"]["parent"] == "projects/p/locations/z"
+    args = [
+        "render",
+        str(write_spec()),
+        "--project",
+        "my-project",
+        "--zone",
+        "us-central2-b",
+        "--format",
+        "yaml",
+    ]
+    assert (
+        yaml.safe_load(cli(args).stdout)["request"]["parent"]
+        == "projects/my-project/locations/us-central2-b"
+    )
 
 
 def test_render_startup_script_raw_and_json(cli: Cli, write_spec: WriteSpec) -> None:
@@ -222,12 +236,25 @@ def test_render_startup_script_raw_and_json(cli: Cli, write_spec: WriteSpec) -> 
 
 def test_render_gcloud_raw_and_json(cli: Cli, write_spec: WriteSpec) -> None:
     spec = str(write_spec())
-    raw = cli(["render", spec, "--what", "gcloud", "--project", "p", "--zone", "z"])
+    raw = cli(
+        ["render", spec, "--what", "gcloud", "--project", "my-project", "--zone", "us-central2-b"]
+    )
     assert raw.exit_code == 0
     assert raw.stdout.startswith("gcloud ")
-    assert "--project=p" in raw.stdout and "--zone=z" in raw.stdout
+    assert "--project=my-project" in raw.stdout and "--zone=us-central2-b" in raw.stdout
     wrapped = cli(
-        ["render", spec, "--what", "gcloud", "--format", "json", "--project", "p", "--zone", "z"]
+        [
+            "render",
+            spec,
+            "--what",
+            "gcloud",
+            "--format",
+            "json",
+            "--project",
+            "my-project",
+            "--zone",
+            "us-central2-b",
+        ]
     )
     assert json.loads(wrapped.stdout)["gcloud"].rstrip("\n") == raw.stdout.rstrip("\n")
 
@@ -255,15 +282,30 @@ def test_render_placeholders_warn(cli: Cli, write_spec: WriteSpec) -> None:
 
 def test_render_project_zone_precedence(cli: Cli, write_spec: WriteSpec) -> None:
     plain = str(write_spec())
-    with_spec = str(write_spec(plain_text_with("project: sp\nzone: sz\n"), name="located.yaml"))
-    cloudsdk = {"CLOUDSDK_CORE_PROJECT": "gp", "CLOUDSDK_COMPUTE_ZONE": "gz"}
-    tpuctl = {"TPUCTL_PROJECT": "tp", "TPUCTL_ZONE": "tz"}
+    with_spec = str(
+        write_spec(
+            plain_text_with("project: spec-project\nzone: us-south1-a\n"), name="located.yaml"
+        )
+    )
+    cloudsdk = {"CLOUDSDK_CORE_PROJECT": "sdk-project", "CLOUDSDK_COMPUTE_ZONE": "europe-west4-a"}
+    tpuctl = {"TPUCTL_PROJECT": "tpuctl-project", "TPUCTL_ZONE": "us-west4-a"}
     both = {**cloudsdk, **tpuctl}
-    assert _parent(cli(["render", plain], env=cloudsdk)) == "projects/gp/locations/gz"
-    assert _parent(cli(["render", plain], env=both)) == "projects/tp/locations/tz"
-    assert _parent(cli(["render", with_spec], env=both)) == "projects/sp/locations/sz"
-    flags = ["--project", "fp", "--zone", "fz"]
-    assert _parent(cli(["render", with_spec, *flags], env=both)) == "projects/fp/locations/fz"
+    assert (
+        _parent(cli(["render", plain], env=cloudsdk))
+        == "projects/sdk-project/locations/europe-west4-a"
+    )
+    assert (
+        _parent(cli(["render", plain], env=both)) == "projects/tpuctl-project/locations/us-west4-a"
+    )
+    assert (
+        _parent(cli(["render", with_spec], env=both))
+        == "projects/spec-project/locations/us-south1-a"
+    )
+    flags = ["--project", "flag-project", "--zone", "us-east1-d"]
+    assert (
+        _parent(cli(["render", with_spec, *flags], env=both))
+        == "projects/flag-project/locations/us-east1-d"
+    )
     quiet = cli(["render", plain], env=both)
     assert quiet.stderr == ""
 
@@ -275,9 +317,13 @@ def plain_text_with(extra: str) -> str:
 
 def test_offline_project_zone_pure() -> None:
     location, warnings = offline_location(
-        project_flag=None, zone_flag="fz", spec_project=None, spec_zone="sz", environ={}
+        project_flag=None,
+        zone_flag="us-east1-d",
+        spec_project=None,
+        spec_zone="us-south1-a",
+        environ={},
     )
-    assert (location.project, location.zone) == ("PROJECT_ID", "fz")
+    assert (location.project, location.zone) == ("PROJECT_ID", "us-east1-d")
     assert len(warnings) == 1 and "PROJECT_ID" in warnings[0]
 
 

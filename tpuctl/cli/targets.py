@@ -55,7 +55,18 @@ def resolve_location_for(
         spec_project=spec.project if spec else None,
         spec_zone=spec.zone if spec else None,
         default_project=default_project,
+        on_warning=_warn,
     )
+
+
+def _warn(message: str) -> None:
+    from click import get_current_context
+
+    from tpuctl.cli.options import app_context
+
+    if get_current_context(silent=True) is None:
+        return  # shell completion (a thread of its own): nothing may reach the terminal
+    app_context().warn(message)
 
 
 def resolve_target(
@@ -97,7 +108,8 @@ def connect_zones(
 ) -> tuple[TpuApi, list[str]]:
     """`--zone` | `--zones a,b` | `--all-zones` → the API and the zones to ask (for
     `--all-zones`, the project's zones as the TPU API lists them)."""
-    from tpuctl.cloud.zones import EVERY_ZONE, parse_zones, zones_to_ask
+    from tpuctl.cloud.resolve import EVERY_ZONE
+    from tpuctl.cloud.zones import parse_zones, zones_to_ask
 
     if sum((zone is not None, zones is not None, all_zones)) > 1:
         raise UsageError(

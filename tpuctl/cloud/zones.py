@@ -3,21 +3,18 @@ and a zone that fails reported beside the answers of the others."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from tpuctl.cloud.client import TpuApi
+from tpuctl.cloud.resolve import EVERY_ZONE, checked_zone
 from tpuctl.errors import ExitCode, TpuctlError, UsageError
 
 T = TypeVar("T")
 # Calls in flight at once; a project has a few dozen TPU zones at most.
 MAX_PARALLEL_ZONES = 16
-# Google APIs' wildcard for "every location" in a resource name.
-EVERY_ZONE = "-"
-_ZONE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -44,12 +41,10 @@ def parse_zones(text: str) -> list[str]:
     zones = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not zones:
         raise UsageError("--zones needs at least one zone", hint="e.g. --zones us-central2-b")
-    wrong = [zone for zone in zones if not _ZONE_NAME.match(zone)]
-    if wrong:
-        raise UsageError(
-            f"--zones: {', '.join(repr(zone) for zone in wrong)} is not a zone name",
-            hint="zones are lowercase letters, digits and hyphens, e.g. us-central2-b",
-        )
+    for zone in zones:
+        if zone == EVERY_ZONE:
+            raise UsageError("--zones: '-' is not a zone", hint="use --all-zones for every zone")
+        checked_zone(zone, "--zones")
     return zones
 
 
