@@ -451,8 +451,6 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
             first, job.run_id, lines=50, follow=True, on_output=PrefixedOutput()
         )
         if followed.interrupted:
-            app.info(
-                f"stopped following; the job keeps running (tpuctl stop {spec.name} "
-                f"--run {job.run_id})"
-            )
+            stop = shlex.join(["tpuctl", "stop", spec.name, "--run", job.run_id])
+            app.info(f"stopped following; the job keeps running ({stop})")
     _finish(app, result)

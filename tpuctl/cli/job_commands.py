@@ -4,7 +4,6 @@ and checkpoints (what a restart resumes from). The logic is in tpuctl.jobs and t
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from tpuctl.cli.targets import (
     load_spec_warned,
     resolve_location_for,
     resolve_target,
+    up_command,
 )
 from tpuctl.cli.views import jobs as views
 from tpuctl.errors import UsageError
@@ -165,7 +165,7 @@ def up(
     from tpuctl.jobs.up import Babysitter, up_options
 
     app = app_context()
-    spec = load_spec_warned(app, spec_path, overrides)
+    spec = load_spec_warned(app, spec_path, overrides, creating=True)
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
     location = resolve_location_for(project, zone, spec)
@@ -173,7 +173,7 @@ def up(
         app.warn(warning)
     api = connect_api(location, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
-    resume = shlex.join(["tpuctl", "up", spec_path, *(f"--set={o}" for o in overrides)])
+    resume = up_command(spec_path, overrides, project, zone)
     options = up_options(spec, resume_hint=resume, **tuning)
     with interrupts() as stop_flag:
         babysitter = Babysitter(

@@ -33,6 +33,7 @@ from tpuctl.cli.targets import (
     load_spec_warned,
     resolve_location_for,
     resolve_target,
+    up_command,
     warn_zone_errors,
 )
 from tpuctl.cli.views import lifecycle as views
@@ -134,7 +135,7 @@ def create(
     from tpuctl.jobs.provision import create_request, placement_warnings
 
     app = app_context()
-    spec = load_spec_warned(app, spec_path, overrides)
+    spec = load_spec_warned(app, spec_path, overrides, creating=True)
     location = resolve_location_for(project, zone, spec)
     request = create_request(spec, location)
     if dry_run:
@@ -159,7 +160,8 @@ def create(
     if spec.job is not None and spec.job.code and not spec.job.code.startswith("gs://"):
         app.info(
             f"note: job.code {spec.job.code} is local, so the job starts once it is delivered: "
-            f"run `tpuctl up {spec_path}` (delivers it, then babysits the job)"
+            f"run `{up_command(spec_path, overrides, project, zone)}` (delivers it, then "
+            "babysits the job)"
         )
     emit(result, views.create_view)
 

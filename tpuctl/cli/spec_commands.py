@@ -32,9 +32,11 @@ def _warn(message: str) -> None:
 
 
 def _load(spec_path: str, overrides: Sequence[str]) -> LoadedSpec:
+    """The spec as create would read it now (a queueing deadline already past is an error)."""
+    from tpuctl.clock import utc_now
     from tpuctl.spec.load import load_spec
 
-    loaded = load_spec(spec_path, overrides=tuple(overrides))
+    loaded = load_spec(spec_path, overrides=tuple(overrides), now=utc_now())
     for warning in loaded.warnings:
         _warn(str(warning))
     return loaded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,10 +28,15 @@ class Target:
     location: Location
 
 
-def load_spec_warned(app: AppContext, path: str, overrides: Sequence[str]) -> Spec:
+def load_spec_warned(
+    app: AppContext, path: str, overrides: Sequence[str], *, creating: bool = False
+) -> Spec:
+    """The spec at `path`, its warnings said. `creating`: a queued resource is to be made from
+    it now, so a queueing deadline already past is an error."""
+    from tpuctl.clock import utc_now
     from tpuctl.spec.load import load_spec
 
-    loaded = load_spec(path, overrides=tuple(overrides))
+    loaded = load_spec(path, overrides=tuple(overrides), now=utc_now() if creating else None)
     for warning in loaded.warnings:
         app.warn(str(warning))
     return loaded.spec
@@ -67,6 +73,16 @@ def _warn(message: str) -> None:
     if get_current_context(silent=True) is None:
         return  # shell completion (a thread of its own): nothing may reach the terminal
     app_context().warn(message)
+
+
+def up_command(
+    spec_path: str, overrides: Sequence[str], project: str | None, zone: str | None
+) -> str:
+    """The `tpuctl up` line a person runs to pick this spec's job up again, every word
+    shell-quoted, with the overrides and the --project/--zone flags they gave."""
+    words = ["tpuctl", "up", spec_path, *(f"--set={override}" for override in overrides)]
+    words += [*(["--project", project] if project else []), *(["--zone", zone] if zone else [])]
+    return shlex.join(words)
 
 
 def resolve_target(
