@@ -1,11 +1,15 @@
-"""The local SSH key the way gcloud keeps it: ~/.ssh/google_compute_engine, created 0600."""
+"""The local SSH key the way gcloud keeps it: ~/.ssh/google_compute_engine, created 0600, and
+refused as OpenSSH refuses it when it is not the user's alone."""
 
 from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
+import shlex
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,28 +58,118 @@ def key_path(home: Path | None = None) -> Path:
 
 def ensure_key(path: Path | None = None) -> LocalKey:
     """Load the key at `path` (default ~/.ssh/google_compute_engine), creating an ed25519 pair
-    (private file 0600, directory 0700) when there is none."""
-    import paramiko
+    (private file 0600, directory 0700) when there is none.
 
+    A key that is not the user's alone is refused as OpenSSH refuses it (owned by someone
+    else, or readable by group or others), with the command that fixes it; tpuctl never
+    changes the modes of an existing key. Every problem with the files is an AuthError (exit
+    8) that says what to do.
+    """
     private = path or key_path()
     public = private.with_name(private.name + ".pub")
     created = False
     if not private.exists():
-        _generate(private, public)
+        try:
+            _generate(private, public)
+        except OSError as error:
+            raise _cannot_create("SSH key", private, error) from None
         created = True
-    try:
-        pkey = paramiko.PKey.from_path(private)
-    except (paramiko.SSHException, OSError, ValueError) as error:
-        raise AuthError(
-            f"cannot load SSH key {private}: {error}",
-            hint="an encrypted key is not supported; move it away to let tpuctl create one",
-        ) from None
-    if private.stat().st_mode & 0o077:
-        private.chmod(0o600)
+    _check_private(private)
+    pkey = _load(private)
     line = f"{pkey.get_name()} {pkey.get_base64()}"
     if not public.exists():
-        _write_public(public, line)
+        try:
+            _write_public(public, line)
+        except OSError as error:
+            raise _cannot_create("the public key", public, error) from None
     return LocalKey(private, line, pkey, created)
+
+
+def _load(private: Path) -> paramiko.PKey:
+    import paramiko
+
+    try:
+        return paramiko.PKey.from_path(private)
+    except OSError as error:
+        raise AuthError(
+            f"cannot read SSH key {private}: {error.strerror or error}",
+            hint=f"chmod 600 {shlex.quote(str(private))}",
+            key=str(private),
+        ) from None
+    except (paramiko.PasswordRequiredException, TypeError) as error:
+        # cryptography says "Key is password-protected" with a TypeError (OpenSSH format).
+        if isinstance(error, TypeError) and "password" not in str(error):
+            raise
+        raise AuthError(
+            f"SSH key {private} is protected by a passphrase, which tpuctl cannot use",
+            hint=_move_away(private),
+            key=str(private),
+        ) from None
+    except (paramiko.SSHException, ValueError) as error:
+        raise AuthError(
+            f"SSH key {private} is not a private key tpuctl can read ({error})",
+            hint=_move_away(private),
+            key=str(private),
+        ) from None
+
+
+def _cannot_create(what: str, path: Path, error: OSError) -> AuthError:
+    return AuthError(
+        f"cannot create {what} {path}: {error.strerror or error}",
+        hint=f"{_blocker(path)}; point HOME at a directory you can write",
+        key=str(path),
+    )
+
+
+def _check_private(private: Path) -> None:
+    """OpenSSH's rules for a private key file: a regular file, the user's, 0600 or stricter."""
+    status = private.stat()
+    quoted = shlex.quote(str(private))
+    if not stat.S_ISREG(status.st_mode):
+        raise AuthError(
+            f"SSH key {private} is not a regular file", hint=_move_away(private), key=str(private)
+        )
+    me = os.geteuid()
+    if status.st_uid != me:
+        raise AuthError(
+            f"SSH key {private} is owned by uid {status.st_uid}, not by you ({_login(me)}, "
+            f"uid {me}), and OpenSSH refuses such a key too",
+            hint=f"sudo chown {_login(me)} {quoted}, or {_move_away(private)}",
+            key=str(private),
+        )
+    mode = stat.S_IMODE(status.st_mode)
+    if mode & 0o077:
+        raise AuthError(
+            f"permissions {mode:04o} for SSH key {private} are too open: group or others may "
+            "read it, and OpenSSH refuses such a key too",
+            hint=f"run chmod 600 {quoted}",
+            key=str(private),
+        )
+
+
+def _login(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _move_away(private: Path) -> str:
+    quoted = shlex.quote(str(private))
+    return f"move it away (mv {quoted} {quoted}.old) to let tpuctl create a new one"
+
+
+def _blocker(path: Path) -> str:
+    """What stops `path` from being created: its nearest existing ancestor, which is not a
+    directory or cannot be written."""
+    for ancestor in path.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                return f"{ancestor} is not a directory"
+            if not os.access(ancestor, os.W_OK | os.X_OK):
+                return f"{ancestor} is not writable"
+            return f"{path} cannot be created in {ancestor}"
+    return f"no directory above {path} exists"
 
 
 def _generate(private: Path, public: Path) -> None:
