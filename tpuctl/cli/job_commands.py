@@ -127,6 +127,13 @@ def _stamped(app: AppContext) -> Callable[[Any], None]:
     default=False,
     help="At a deadline, keep the queued resource (default: delete it).",
 )
+@click.option(
+    "--wait-for-lease",
+    is_flag=True,
+    default=False,
+    help="When another tpuctl up babysits this run, wait for it to end (or die) and take "
+    "over, instead of exiting 1.",
+)
 @worker_ssh_options
 @project_zone_options
 @impersonate_option
@@ -154,15 +161,19 @@ def up(
     - the done marker: delete the queued resource (unless --keep), exit 0.
     Every decision goes to stderr with a UTC time and to the run's journal in checkpoint.dir,
     so `tpuctl report` on any machine sees the same. Ctrl-C leaves everything running;
-    `tpuctl up SPEC` again picks the running job up without restarting it.
+    `tpuctl up SPEC` again picks the running job up without restarting it. One up at a time
+    babysits a run: it holds a lease next to the journal (renewed every 30 s, taken over when
+    3 minutes stale); a second one says who holds it and exits 1, or waits (--wait-for-lease).
+    A TPU API outage is ridden out (said every 30 s) while the job runs on.
 
     \b
-    Exit codes: 0 done, 3 job failures exhausted or a crash loop, 4 a queueing or provisioning
-    deadline, 6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 130 interrupted.
+    Exit codes: 0 done, 1 another up holds the run, 3 job failures exhausted or a crash loop,
+    4 a queueing or provisioning deadline, 6 FAILED before ever ACTIVE, 7 preemption budget
+    exhausted, 11 the TPU API stayed unavailable, 130 interrupted.
     """
     from tpuctl.jobs.adapters import ApiQueuedResource
     from tpuctl.jobs.provision import placement_warnings
-    from tpuctl.jobs.up import Babysitter, up_options
+    from tpuctl.jobs.up import Babysitter, run_lease, up_options
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides, creating=True)
@@ -184,6 +195,7 @@ def up(
             options=options,
             on_event=_stamped(app),
             stop_requested=stop_flag,
+            lease=run_lease(spec, location, command=resume),
         )
         result = babysitter.run()
     emit(result, views.up_view)

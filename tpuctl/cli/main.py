@@ -182,7 +182,8 @@ def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> Non
 
     Exit codes: 0 ok, 1 error, 2 invalid usage or spec, 3 a command failed on some workers,
     4 deadline passed, 5 not found, 6 the queued resource FAILED, 7 preempted or suspended,
-    8 authentication or permission, 10 workers unreachable, 130 interrupted.
+    8 authentication or permission, 10 workers unreachable, 11 the TPU API stayed
+    unavailable, 130 interrupted.
     """
     ctx.obj = AppContext(output=output_format, debug=debug, quiet=quiet)  # type: ignore[arg-type]
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import click
+
 from tpuctl.cli.context import AppContext
 from tpuctl.errors import UsageError
 
@@ -110,9 +112,17 @@ def resolve_target(
 
 
 def connect_api(location: Location, impersonate: str | None) -> TpuApi:
+    """The API for a command: a call that keeps failing is said on stderr after a few seconds
+    (what is being retried, for how long), not suffered in silence."""
+    from dataclasses import replace
+
+    from tpuctl.cli.options import app_context
     from tpuctl.cloud.client import connect
 
-    return connect(location, impersonate=impersonate)
+    api = connect(location, impersonate=impersonate)
+    if click.get_current_context(silent=True) is None:
+        return api  # shell completion: nothing may reach the user's terminal
+    return replace(api, on_retry=app_context().warn)
 
 
 def connect_zones(
