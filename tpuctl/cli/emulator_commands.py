@@ -215,9 +215,15 @@ def api_fault(
 
 @emulator_group.command("capacity")
 @click.argument("changes", nargs=-1, metavar="[GEN=CHIPS]...")
+@click.option(
+    "--zone",
+    default=None,
+    help="The pools this zone draws from; changing them gives the zone pools of its own "
+    "(other zones keep sharing theirs).",
+)
 @host_option
 @output_option
-def capacity(changes: tuple[str, ...], host: str | None) -> None:
+def capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> None:
     """Show or change capacity pools; freed capacity lets waiting QRs proceed."""
     from tpuctl.emulator.config import parse_capacity, parse_flag
 
@@ -226,7 +232,7 @@ def capacity(changes: tuple[str, ...], host: str | None) -> None:
     except ValueError as error:
         raise UsageError(str(error)) from None
     with _admin(host) as admin:
-        data = admin.capacity(parsed)
+        data = admin.capacity(parsed, zone=zone)
     emit(views.EmulatorCapacity(data), views.capacity_view)
 
 

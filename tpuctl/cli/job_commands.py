@@ -50,7 +50,7 @@ def _fleet_factory(
     def make() -> Fleet:
         from tpuctl.jobs.fleet import prepare_fleet
 
-        return prepare_fleet(api, name, settings, on_progress=app.info)
+        return prepare_fleet(api, name, settings, on_progress=app.info, on_warning=app.warn)
 
     return make
 

@@ -165,10 +165,13 @@ def worker_ssh_options(func: F) -> F:
     options = [
         click.option(
             "--strict-host-key-checking",
-            type=click.Choice(["yes", "no"]),
-            default="yes",
+            type=click.Choice(["yes", "accept-new", "no"]),
+            default="accept-new",
             show_default=True,
-            help="Verify each worker's host key against its guest attributes. 'no' skips it.",
+            help="Host keys are checked against the workers' guest attributes, else against "
+            "the keys pinned in ~/.ssh/tpuctl_known_hosts. accept-new: a worker that publishes "
+            "none and is not pinned yet is trusted on first use and pinned; yes: it is "
+            "refused; no: nothing is checked.",
         ),
         click.option(
             "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
@@ -202,17 +205,16 @@ def ssh_settings(
     them), saying loudly what `--strict-host-key-checking no` gives up."""
     from tpuctl.fanout.operations import SshSettings
 
-    strict = strict_host_key_checking == "yes"
-    if not strict:
+    if strict_host_key_checking == "no":
         app.warn(
             "--strict-host-key-checking no: worker host keys are NOT checked against their "
-            "guest attributes; anyone able to intercept the connection could impersonate a "
-            "worker and read your commands, output and uploads"
+            "guest attributes or pinned keys; anyone able to intercept the connection could "
+            "impersonate a worker and read your commands, output and uploads"
         )
     return SshSettings(
         user=user,
         internal_ip=internal_ip,
         ssh_port=ssh_port,
-        strict_host_key_checking=strict,
+        strict_host_key_checking=strict_host_key_checking,  # type: ignore[arg-type]
         **tuning,
     )

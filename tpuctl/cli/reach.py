@@ -117,5 +117,6 @@ def reach(
         nodes=node or default,
         workers=worker or default,
         on_progress=app.info,
+        on_warning=app.warn,
     )
     return Reached(resolved, api, fleet)

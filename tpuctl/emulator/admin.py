@@ -87,9 +87,15 @@ class AdminClient:
         result: dict[str, Any] = self.call("ApiFault", body)
         return result
 
-    def capacity(self, changes: dict[str, int] | None = None) -> dict[str, Any]:
-        """Show the pools, or set chips per generation (e.g. {"v4": 0})."""
-        result: dict[str, Any] = self.call("Capacity", {"set": changes or {}})["capacity"]
+    def capacity(
+        self, changes: dict[str, int] | None = None, *, zone: str | None = None
+    ) -> dict[str, Any]:
+        """Show the pools, or set chips per generation (e.g. {"v4": 0}); with `zone`, the
+        pools that zone draws from (setting gives the zone pools of its own)."""
+        body: dict[str, Any] = {"set": changes or {}}
+        if zone:
+            body["zone"] = zone
+        result: dict[str, Any] = self.call("Capacity", body)["capacity"]
         return result
 
     def events(self, since: int = 0, wait: float = 0.0) -> list[dict[str, Any]]:

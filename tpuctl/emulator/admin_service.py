@@ -113,13 +113,17 @@ class AdminServicer:
         return result
 
     def capacity(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Show or set the pools; with "zone", that zone's (set: pools of its own)."""
         changes = body.get("set") or {}
         if not isinstance(changes, dict):
             raise invalid("set must map generation to chips")
+        zone = body.get("zone") or None
+        if zone is not None and not isinstance(zone, str):
+            raise invalid("zone must be a zone name")
         if not changes:
-            return {"capacity": self._cloud.capacity()}
+            return {"capacity": self._cloud.capacity(zone)}
         parsed = {str(k): _int(changes, k) for k in changes}
-        return {"capacity": self._cloud.set_capacity(parsed)}
+        return {"capacity": self._cloud.set_capacity(parsed, zone)}
 
     def events(self, body: dict[str, Any]) -> dict[str, Any]:
         since = _int(body, "since", 0)

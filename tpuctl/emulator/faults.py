@@ -59,22 +59,24 @@ def begin_preemption(rt: Runtime, qr: QueuedResourceRecord, why: str) -> None:
     rt.spawn(flows.preempt, qr, doomed)
 
 
-def set_capacity(rt: Runtime, changes: dict[str, int]) -> dict[str, Any]:
-    """Change pool sizes; shrinking below use reclaims spot/best-effort QRs, newest first."""
+def set_capacity(rt: Runtime, changes: dict[str, int], zone: str | None = None) -> dict[str, Any]:
+    """Change pool sizes (with `zone`, that zone's own pools, which it then draws from alone);
+    shrinking below use reclaims spot/best-effort QRs of that pool, newest first."""
     with rt.lock:
         for generation, chips in changes.items():
             if generation not in rt.config.capacity or chips < 0:
                 raise invalid(f"bad capacity {generation}={chips}")
-            rt.pools.set_total(generation, chips)
-            rt.events.emit("capacity", detail=f"{generation}={chips}")
-            _reclaim(rt, generation)
+            rt.pools.set_total(generation, chips, zone)
+            where = f"{zone}: " if zone else ""
+            rt.events.emit("capacity", detail=f"{where}{generation}={chips}")
+            _reclaim(rt, generation, zone)
         rt.cond.notify_all()
-        return rt.pools.snapshot()
+        return rt.pools.snapshot(zone)
 
 
-def _reclaim(rt: Runtime, generation: str) -> None:
+def _reclaim(rt: Runtime, generation: str, zone: str | None) -> None:
     """After a pool shrinks, preempt spot/best-effort holders (newest first) until it fits."""
-    if rt.pools.free(generation) >= 0:
+    if rt.pools.free(generation, zone) >= 0:
         return
     victims = sorted(
         (
@@ -82,14 +84,14 @@ def _reclaim(rt: Runtime, generation: str) -> None:
             for qr in rt.qrs.values()
             if qr.plan.accelerator.generation == generation
             and qr.plan.tier in PREEMPTIBLE_TIERS
-            and rt.pools.holds(qr.name)
+            and rt.pools.holds_from(qr.name, generation, zone)
             and qr.state in (QrState.PROVISIONING, QrState.ACTIVE)
         ),
         key=lambda qr: qr.create_time,
         reverse=True,
     )
     for qr in victims:
-        if rt.pools.free(generation) >= 0:
+        if rt.pools.free(generation, zone) >= 0:
             break
         begin_preemption(rt, qr, "capacity reclaimed")
         rt.release(qr)

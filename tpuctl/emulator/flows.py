@@ -66,14 +66,14 @@ def await_capacity(rt: Runtime, qr: QueuedResourceRecord, epoch: int) -> bool:
                     f"The queued resource could not be provisioned before its valid_until "
                     f"time: {plan.chips} {plan.accelerator.generation} chips were not "
                     f"available in {plan.zone} "
-                    f"({rt.pools.free(plan.accelerator.generation)} free)",
+                    f"({rt.pools.free(plan.accelerator.generation, plan.zone)} free)",
                 )
                 return False
             ready_at = max(dwell_end, plan.valid_after)
             timeout: float | None = None
             if now >= ready_at:
                 generation = plan.accelerator.generation
-                if rt.pools.try_allocate(qr.name, generation, plan.chips):
+                if rt.pools.try_allocate(qr.name, generation, plan.chips, plan.zone):
                     rt.events.emit(
                         "capacity.allocate", qr=qr.name, detail=f"{generation}={plan.chips}"
                     )
@@ -133,7 +133,7 @@ def _make_nodes(rt: Runtime, qr: QueuedResourceRecord) -> list[NodeRecord]:
     for index, planned in enumerate(plan.nodes):
         node = NodeRecord(
             name=qr.node_names[index],
-            node_id=planned.node_id,
+            node_id=_plane_key(rt, planned.node_id, plan.zone, plan.project),
             parent=plan.parent,
             qr_name=qr.name,
             slice_index=index,
@@ -149,6 +149,18 @@ def _make_nodes(rt: Runtime, qr: QueuedResourceRecord) -> list[NodeRecord]:
         rt.events.emit("node.state", qr=qr.name, node=node.name, detail="CREATING")
         nodes.append(node)
     return nodes
+
+
+def _plane_key(rt: Runtime, node_id: str, zone: str, project: str) -> str:
+    """The key of a node's VMs in the worker plane (and their folder under vms/): its node id,
+    or, while another zone or project holds VMs under that id, the id qualified with the zone
+    (then the project). Node ids are unique only within a zone, the plane's keys everywhere.
+    Under the lock."""
+    taken = {node.node_id for node in rt.nodes.values()}
+    for key in (node_id, f"{node_id}.{zone}", f"{node_id}.{zone}.{project}"):
+        if key not in taken:
+            return key
+    raise RuntimeError(f"no worker-plane key left for node {node_id}")  # same zone and project
 
 
 def _plane_create(rt: Runtime, node: NodeRecord, coordinator: str | None) -> None:

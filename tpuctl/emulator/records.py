@@ -42,7 +42,7 @@ class OperationRecord:
 @dataclass
 class NodeRecord:
     name: str
-    node_id: str
+    node_id: str  # its key in the worker plane: the node id, qualified when reused elsewhere
     parent: str
     qr_name: str
     slice_index: int

@@ -89,7 +89,7 @@ class CloudTpu:
             if plan.name in rt.qrs:
                 raise already_exists("queuedResource", plan.name)
             for node in plan.nodes:
-                if self._node_id_taken(node.node_id):
+                if self._node_id_taken(plan.parent, node.node_id):
                     raise already_exists("node", f"{plan.parent}/nodes/{node.node_id}")
             now = rt.clock.wall()
             spec = copy_message(request.queued_resource)
@@ -334,12 +334,12 @@ class CloudTpu:
     def set_ssh_fault(self, name: str, worker: int, mode: str | None) -> dict[str, Any]:
         return faults.set_ssh_fault(self._rt, name, worker, mode)
 
-    def set_capacity(self, changes: dict[str, int]) -> dict[str, Any]:
-        return faults.set_capacity(self._rt, changes)
+    def set_capacity(self, changes: dict[str, int], zone: str | None = None) -> dict[str, Any]:
+        return faults.set_capacity(self._rt, changes, zone)
 
-    def capacity(self) -> dict[str, Any]:
+    def capacity(self, zone: str | None = None) -> dict[str, Any]:
         with self._rt.lock:
-            return self._rt.pools.snapshot()
+            return self._rt.pools.snapshot(zone)
 
     def status(self) -> dict[str, Any]:
         rt = self._rt
@@ -375,13 +375,15 @@ class CloudTpu:
         self._rt.close()
 
     # ---------------------------------------------------------------------------- helpers
-    def _node_id_taken(self, node_id: str) -> bool:
-        # Worker-plane keys are bare node ids, so they are unique across projects and zones here.
-        if any(node.node_id == node_id for node in self._rt.nodes.values()):
+    def _node_id_taken(self, parent: str, node_id: str) -> bool:
+        # Node ids are unique within a zone, as on Cloud TPU; the worker plane keys the VMs of
+        # a node id reused elsewhere apart (flows._plane_key).
+        if f"{parent}/nodes/{node_id}" in self._rt.nodes:
             return True
         return any(
             planned.node_id == node_id
             for qr in self._rt.qrs.values()
+            if qr.plan.parent == parent
             for planned in qr.plan.nodes
             if qr.state != QrState.FAILED
         )

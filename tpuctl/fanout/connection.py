@@ -14,6 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuctl.fanout.known_hosts import (
+    HostKeyPins,
+    Pin,
+    fingerprint,
+    forget_command,
+    host_alias,
+    same_key,
+)
 from tpuctl.fanout.targets import WorkerTarget
 
 if TYPE_CHECKING:
@@ -43,17 +51,24 @@ class ConnectOptions:
     keepalive: float = 15.0  # seconds between keepalive probes on a quiet connection
     keepalive_count: int = 3  # unanswered probes before the worker counts as lost
     verify_host_keys: bool = True
+    # Pinned keys (tpuctl's known hosts) and whether to pin a new one on first use; None:
+    # only the keys a worker publishes in its guest attributes are trusted.
+    pins: HostKeyPins | None = None
     connect_attempts: int = 3  # refused/reset/EOF during set-up are retried, timeouts are not
     retry_backoff: float = 0.5
 
 
 class SetupError(Exception):
-    """Set-up failed before anything ran. `kind`: unreachable | timeout | hostkey-mismatch."""
+    """Set-up failed before anything ran. `kind`: unreachable | timeout | hostkey-mismatch;
+    `hint`: the fix, when there is one to say."""
 
-    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self, kind: str, message: str, *, retryable: bool = False, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.retryable = retryable
+        self.hint = hint
 
 
 class StartError(Exception):
@@ -105,6 +120,8 @@ def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport
     import paramiko
 
     deadline = time.monotonic() + options.connect_timeout
+    # Before any packet: a worker with no key to check against is refused without a connection.
+    algorithms = expected_algorithms(target, options.pins) if options.verify_host_keys else None
 
     def left() -> float:
         remaining = deadline - time.monotonic()
@@ -127,7 +144,7 @@ def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport
     _tcp_keepalive(sock, options.keepalive)
     transport = transport_class()(sock)
     try:
-        _handshake(transport, target, options, left)
+        _handshake(transport, target, options, algorithms, left)
         transport.auth_publickey(options.user, options.pkey)
     except SetupError:
         close_transport(transport)
@@ -153,21 +170,11 @@ def _handshake(
     transport: paramiko.Transport,
     target: WorkerTarget,
     options: ConnectOptions,
+    algorithms: list[str] | None,
     left: Callable[[], float],
 ) -> None:
-    if options.verify_host_keys:
-        if not target.host_keys:
-            raise SetupError(
-                "hostkey-mismatch",
-                f"worker {target.label} ({target.node_id}) published no host key in its guest "
-                "attributes (hostkeys/); refusing to trust an unknown host",
-            )
-        algorithms = [
-            name
-            for algorithm, _ in target.host_keys
-            for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
-        ]
-        # Ask only for host key types we can check against what the worker published.
+    if algorithms:
+        # Ask only for host key types we can check against what we expect.
         transport.get_security_options().key_types = algorithms
     timeout = left()
     transport.banner_timeout = timeout
@@ -175,25 +182,79 @@ def _handshake(
     transport.auth_timeout = timeout
     transport.start_client(timeout=timeout)
     if options.verify_host_keys:
-        verify_host_key(transport, target)
+        verify_host_key(transport, target, options.pins)
     left()
 
 
-def verify_host_key(transport: paramiko.Transport, target: WorkerTarget) -> None:
+def expected_algorithms(target: WorkerTarget, pins: HostKeyPins | None) -> list[str] | None:
+    """The host key algorithms to ask `target` for: those of the keys it published, else of
+    its pinned keys, else None (any: a key trusted on first use). Raises SetupError when
+    nothing may be trusted (no key published, none pinned, no trust on first use)."""
+    keys: list[tuple[str, str]] = list(target.host_keys)
+    if not keys and pins is not None:
+        keys = [(pin.algorithm, pin.blob) for pin in pins.pinned(target)]
+    if keys:
+        return [
+            name
+            for algorithm, _ in keys
+            for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
+        ]
+    if pins is not None and pins.accepts_new:
+        return None
+    where = f" and none is pinned in {pins.path}" if pins is not None else ""
+    raise SetupError(
+        "hostkey-mismatch",
+        f"worker {target.label} ({target.node_id}) published no host key in its guest "
+        f"attributes (hostkeys/){where}; refusing to trust an unknown host",
+        hint="to trust the key it presents and pin it, run once with "
+        "--strict-host-key-checking accept-new",
+    )
+
+
+def verify_host_key(
+    transport: paramiko.Transport, target: WorkerTarget, pins: HostKeyPins | None = None
+) -> None:
+    """The key the worker presented must be one it published in its guest attributes (then it
+    is pinned), else its pinned key; with neither, it is pinned on first use (accept-new)."""
     key = transport.get_remote_server_key()
-    offered = (key.get_name(), key.get_base64())
-    known = {(_base_algorithm(a), blob) for a, blob in target.host_keys}
-    if (_base_algorithm(offered[0]), offered[1]) not in known:
-        raise SetupError(
-            "hostkey-mismatch",
-            f"HOST KEY MISMATCH for worker {target.label} ({target.node_id}, {target.address}): "
-            f"it presented {offered[0]} {offered[1][:24]}…, which is not the key in its guest "
-            "attributes; not connecting",
-        )
+    algorithm, blob = key.get_name(), key.get_base64()
+    presented = f"{algorithm} {fingerprint(blob)}"
+    if target.host_keys:
+        if not any(same_key(key_pair, (algorithm, blob)) for key_pair in target.host_keys):
+            raise SetupError(
+                "hostkey-mismatch",
+                f"HOST KEY MISMATCH for worker {target.label} ({target.node_id}, "
+                f"{target.address}): it presented {presented}, which is not the key in its "
+                "guest attributes; not connecting",
+            )
+        if pins is not None:
+            pins.remember(target, algorithm, blob, first_use=False)
+        return
+    if pins is None:  # expected_algorithms refused a worker without published keys
+        raise SetupError("hostkey-mismatch", f"worker {target.label} has no known host key")
+    pinned = pins.pinned(target)
+    if pinned:
+        if not any(same_key((pin.algorithm, pin.blob), (algorithm, blob)) for pin in pinned):
+            raise _changed(target, presented, pinned[0], pins)
+        return
+    if not pins.accepts_new:  # expected_algorithms refused it already
+        raise SetupError("hostkey-mismatch", f"worker {target.label} has no known host key")
+    pins.remember(target, algorithm, blob, first_use=True)
 
 
-def _base_algorithm(name: str) -> str:
-    return "ssh-rsa" if name.startswith("rsa-sha2-") else name
+def _changed(target: WorkerTarget, presented: str, pin: Pin, pins: HostKeyPins) -> SetupError:
+    alias = host_alias(target)
+    where = f"{pins.path} line {pin.line}" if pin.line else str(pins.path)
+    fix = forget_command(alias, pins.path)
+    return SetupError(
+        "hostkey-mismatch",
+        f"HOST KEY CHANGED for worker {target.label} ({target.node_id}, {target.address}): it "
+        f"presented {presented}, but {pin.algorithm} {fingerprint(pin.blob)} is pinned for "
+        f"{alias} ({where}) and its guest attributes publish no key; someone may be "
+        "impersonating it, or the VM was rebuilt with a new key. Not connecting. If the change "
+        f"is expected, forget the old key: {fix}",
+        hint=f"if the new host key of {target.label} is expected: {fix}",
+    )
 
 
 def open_channel(

@@ -92,6 +92,7 @@ class FanOut:
         self._connecting: set[Any] = set()
         self._connecting_lock = threading.Lock()
         self._index = {id(t): i for i, t in enumerate(self.targets)}
+        self._setups_over = 0  # set-up outcomes accepted (a session, or a worker's result)
 
     # -- set-up (batch_size threads) ----------------------------------------------------
     def _command_for(self, target: WorkerTarget) -> str:
@@ -124,7 +125,7 @@ class FanOut:
                     self._event(target, "retry", f"attempt {attempt}: {error}")
                     self._cancel.wait(options.retry_backoff * 2 ** (attempt - 1))
                     continue
-                return self._failed(result, began, error.kind, str(error))
+                return self._failed(result, began, error.kind, str(error), error.hint)
             with self._connecting_lock:
                 self._connecting.add(transport)
             try:
@@ -136,7 +137,7 @@ class FanOut:
                 if outcome.retryable and attempt < options.connect_attempts:
                     self._event(target, "retry", f"attempt {attempt}: {outcome}")
                     continue
-                return self._failed(result, began, outcome.kind, str(outcome))
+                return self._failed(result, began, outcome.kind, str(outcome), outcome.hint)
             return outcome
         return result  # not reached: the last attempt returns
 
@@ -185,9 +186,12 @@ class FanOut:
         except Exception:
             pass  # the worker closed its stdin or the connection: its result says which
 
-    def _failed(self, result: WorkerResult, began: float, kind: str, error: str) -> WorkerResult:
+    def _failed(
+        self, result: WorkerResult, began: float, kind: str, error: str, hint: str | None = None
+    ) -> WorkerResult:
         result.status = kind  # type: ignore[assignment]
         result.error = error
+        result.hint = hint
         result.duration_s = time.monotonic() - began
         return result
 
@@ -217,6 +221,7 @@ class FanOut:
             self._interrupt()
         finally:
             self._monitor.close()
+            self._settle_pins()
         ordered = [
             self._results.get(i) or WorkerResult(t, "interrupted", error="not started")
             for i, t in enumerate(self.targets)
@@ -250,7 +255,17 @@ class FanOut:
         finally:
             selector.close()
 
+    def _settle_pins(self) -> None:
+        """Write the host keys pinned while connecting, and say which were trusted on first
+        use: once every worker's set-up is over, not when (maybe hours later) commands end."""
+        pins = self.connect_options.pins
+        if pins is not None:
+            pins.settle()
+
     def _accept(self, item: Session | WorkerResult) -> None:
+        self._setups_over += 1
+        if self._setups_over == len(self.targets):
+            self._settle_pins()
         if isinstance(item, WorkerResult):
             self._finish_result(item)
             return

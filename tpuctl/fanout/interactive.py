@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from tpuctl.errors import UnreachableError
+from tpuctl.errors import AuthError, UnreachableError
 from tpuctl.fanout.connection import (
     ConnectOptions,
     SetupError,
@@ -68,13 +68,20 @@ def interactive_shell(
     terminal = os.isatty(in_fd)
     try:
         transport = connect(target, options)
+        if options.pins is not None:
+            options.pins.settle()  # pinned now, not when (maybe hours later) the shell ends
         width, height = _terminal_size(out_fd)
         term = os.environ.get("TERM", "xterm-256color")
         pty = (term, width, height) if terminal else None
         channel = open_channel(transport, options.connect_timeout, pty=pty)
     except SetupError as error:
-        raise UnreachableError(
-            f"worker {target.label}: {error}", worker=target.label, status=error.kind
+        # A refused host key is an authentication failure (exit 8), as in a fan-out.
+        kind = AuthError if error.kind == "hostkey-mismatch" else UnreachableError
+        raise kind(
+            f"worker {target.label}: {error}",
+            hint=error.hint,
+            worker=target.label,
+            status=error.kind,
         ) from None
     try:
         start(channel, None)

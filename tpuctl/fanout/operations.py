@@ -22,6 +22,7 @@ from tpuctl.fanout.engine import (
     run_fanout,
 )
 from tpuctl.fanout.keys import LocalKey
+from tpuctl.fanout.known_hosts import Checking
 from tpuctl.fanout.results import FanoutResult, Transfer
 from tpuctl.fanout.targets import WorkerTarget
 
@@ -33,7 +34,8 @@ class SshSettings:
     user: str | None = None
     internal_ip: bool = False
     ssh_port: int | None = None
-    strict_host_key_checking: bool = True
+    strict_host_key_checking: Checking = "accept-new"
+    known_hosts: Path | None = None  # tpuctl's pinned host keys (default ~/.ssh/tpuctl_known_hosts)
     connect_timeout: float = 20.0
     keepalive: float = 15.0
     key_path: Path | None = None

@@ -28,6 +28,7 @@ STATUSES: tuple[Status, ...] = (
     "hostkey-mismatch",
 )
 TAIL_BYTES = 8192
+HINTS_SAID = 3  # the run's error line gives this many workers' fixes, then a count
 TAIL_LINES = 20
 
 
@@ -74,6 +75,9 @@ class WorkerResult:
     # What the operation learned on this worker, a dataclass per operation (docs/output.md):
     # a detached run's state (ps, stop, ssh --detach), the job's status (ps --job), a delivery.
     detail: Any = None
+    # The fix for this worker's failure, when there is one (a stale host key pin): said on the
+    # run's error line; `error` says it too, for the JSON.
+    hint: str | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -207,4 +211,10 @@ class FanoutResult(Result):
         }
         counts = self.counts()
         detail = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "ok")
-        return kinds[code](f"{len(bad)} of {len(self.results)} workers not ok ({detail}): {names}")
+        hints = list(dict.fromkeys(r.hint for r in bad if r.hint))
+        hint = "; ".join(hints[:HINTS_SAID]) if hints else None
+        if len(hints) > HINTS_SAID:
+            hint = f"{hint}; and {len(hints) - HINTS_SAID} more in the workers' errors"
+        return kinds[code](
+            f"{len(bad)} of {len(self.results)} workers not ok ({detail}): {names}", hint=hint
+        )

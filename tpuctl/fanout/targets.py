@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpuctl.errors import TpuctlError, UsageError
@@ -18,7 +18,8 @@ class WorkerTarget:
     """One TPU VM: `slice/worker`, its node, the address tpuctl connects to, its host keys.
 
     `host_keys` are "algorithm base64" pairs from the node's guest attributes (empty when
-    none were published or checking is off).
+    none were published or checking is off). `node_uid` is the node's unique numeric id
+    (Node.id), which names the worker's pinned host key (0 when unknown).
     """
 
     slice_index: int
@@ -27,15 +28,14 @@ class WorkerTarget:
     address: str
     port: int = DEFAULT_SSH_PORT
     host_keys: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    node_uid: int = field(default=0, compare=False)
 
     @property
     def label(self) -> str:
         return f"{self.slice_index}/{self.worker}"
 
     def with_host_keys(self, keys: Sequence[tuple[str, str]]) -> WorkerTarget:
-        return WorkerTarget(
-            self.slice_index, self.node_id, self.worker, self.address, self.port, tuple(keys)
-        )
+        return replace(self, host_keys=tuple(keys))
 
 
 # ---------------------------------------------------------------------------------- selectors
@@ -143,6 +143,7 @@ def worker_targets(
     targets: list[WorkerTarget] = []
     for slice_index, node in enumerate(nodes):
         node_id = str(node.name).rsplit("/", 1)[-1]
+        node_uid = int(getattr(node, "id", 0) or 0)
         for worker, endpoint in enumerate(node.network_endpoints):
             external = endpoint.access_config.external_ip if endpoint.access_config else ""
             address = endpoint.ip_address if internal_ip or not external else external
@@ -152,5 +153,7 @@ def worker_targets(
                     hint="wait until the queued resource is ACTIVE",
                     resource=node.name,
                 )
-            targets.append(WorkerTarget(slice_index, node_id, worker, address, port))
+            targets.append(
+                WorkerTarget(slice_index, node_id, worker, address, port, node_uid=node_uid)
+            )
     return targets

@@ -10,8 +10,9 @@ from tpuctl.cloud.client import TpuApi
 from tpuctl.errors import UsageError
 from tpuctl.fanout.connection import ConnectOptions
 from tpuctl.fanout.keys import check_user, default_user, ensure_key
+from tpuctl.fanout.known_hosts import CHECKING_MODES, HostKeyPins, default_path
 from tpuctl.fanout.operations import Fleet, SshSettings
-from tpuctl.fanout.targets import select, ssh_port, worker_targets
+from tpuctl.fanout.targets import WorkerTarget, select, ssh_port, worker_targets
 
 Progress = Callable[[str], None]
 
@@ -24,9 +25,12 @@ def prepare_fleet(
     nodes: str = "all",
     workers: str = "all",
     on_progress: Progress | None = None,
+    on_warning: Progress | None = None,
 ) -> Fleet:
     """Resolve the QR's workers, select them, make sure our key is in their nodes' ssh-keys
-    metadata, and read their host keys from guest attributes (unless checking is off)."""
+    metadata, and read their host keys from guest attributes and tpuctl's known hosts (unless
+    checking is off). Workers trusted on first use are named through `on_warning` (else
+    `on_progress`) once their connections are set up."""
     say = on_progress or (lambda _message: None)
     if settings.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
@@ -47,14 +51,30 @@ def prepare_fleet(
             api, api.location.node_name(node_id), user, key.algorithm, key.blob
         ):
             say(f"published {user}'s key {key.path}.pub to {node_id}")
-    if settings.strict_host_key_checking:
-        keys = cloud_nodes.host_keys(api, node_ids)
-        targets = [t.with_host_keys(keys.get((t.node_id, t.worker), [])) for t in targets]
+    targets, pins = host_key_checks(api, targets, settings, on_warning or say)
     options = ConnectOptions(
         user=user,
         pkey=key.pkey,
         connect_timeout=settings.connect_timeout,
         keepalive=settings.keepalive,
-        verify_host_keys=settings.strict_host_key_checking,
+        verify_host_keys=pins is not None,
+        pins=pins,
     )
     return Fleet(resolved.queued_resource, targets, options, key, user, settings)
+
+
+def host_key_checks(
+    api: TpuApi, targets: list[WorkerTarget], settings: SshSettings, warn: Progress
+) -> tuple[list[WorkerTarget], HostKeyPins | None]:
+    """The targets with the host keys their guest attributes publish, and tpuctl's pins
+    (~/.ssh/tpuctl_known_hosts) for the rest; (targets, None) with checking off."""
+    checking = settings.strict_host_key_checking
+    if checking not in CHECKING_MODES:
+        raise UsageError(
+            f"--strict-host-key-checking {checking!r}: use {', '.join(CHECKING_MODES)}"
+        )
+    if checking == "no":
+        return targets, None
+    pins = HostKeyPins.load(settings.known_hosts or default_path(), checking, warn)
+    keys = cloud_nodes.host_keys(api, list(dict.fromkeys(t.node_id for t in targets)))
+    return [t.with_host_keys(keys.get((t.node_id, t.worker), [])) for t in targets], pins
