@@ -96,5 +96,12 @@ class FakeWorkerPlane:
         with self._lock:
             self.nodes[node_id].ssh_faults[worker] = mode
 
+    def rotate_host_key(self, node_id: str, worker: int) -> FakeWorker:
+        with self._lock:
+            node = self.nodes[node_id]
+            old = node.workers[worker]
+            node.workers[worker] = FakeWorker(worker, old.ip, f"ssh-ed25519 KEY{next(self._ips)}")
+            return node.workers[worker]
+
     def close(self) -> None:
         self.closed = True

@@ -118,6 +118,32 @@ def test_admin_commands(
     assert code == 2 and "TPU_EMULATOR_HOST" in err
 
 
+def test_hostkey_fault_command(
+    emulator: EmulatorProcess, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TPU_EMULATOR_HOST", emulator.host)
+    client = emulator.tpu_client()
+    parent = parent_of(new_project())
+    node_id = unique("hkc")
+    request = qr_request(parent, node_id=node_id)
+    name = create(client, parent, unique("qr"), request).result(timeout=30).name
+    wait_state(client, name, QrState.ACTIVE)
+    node_name = f"{parent}/nodes/{node_id}"
+    try:
+        args = ["emulator", "hostkey-fault", node_name, "--worker", "0", "--mode", "missing"]
+        code, out, _ = _run([*args, "--format", "json"], capsys)
+        assert code == 0 and json.loads(out)["published"] is False
+        response = client.get_guest_attributes(request={"name": node_name})
+        assert not response.guest_attributes[0].query_value.items
+        code, out, _ = _run([*args[:-1], "none"], capsys)
+        assert code == 0 and re.search(r"^published:\s+True$", out, re.MULTILINE)
+        code, _, err = _run([*args[:-1], "lost"], capsys)
+        assert code == 2 and "--mode" in err
+    finally:
+        emulator.admin.hostkey_fault(node_name, 0, "none")
+        client.delete_queued_resource(request={"name": name, "force": True})
+
+
 def test_start_rejects_bad_options(capsys: Any) -> None:
     code, _, err = _run(["emulator", "start", "--capacity", "v4=lots"], capsys)
     assert code == 2 and "--capacity" in err

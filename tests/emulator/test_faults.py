@@ -413,6 +413,55 @@ def test_ssh_faults(client: Any, parent: str, emulator: EmulatorProcess) -> None
     delete(client, name)
 
 
+def test_hostkey_faults_unpublish_rotate_and_publish_again(
+    client: Any, parent: str, emulator: EmulatorProcess
+) -> None:
+    import asyncio
+
+    import asyncssh
+
+    node_id = unique("hk")
+    request = qr_request(parent, node_id=node_id, accelerator_type="v4-16")
+    name = create(client, parent, unique("qr"), request).result(timeout=30).name
+    wait_state(client, name, QrState.ACTIVE)
+    node_name = f"{parent}/nodes/{node_id}"
+    ips = [e.ip_address for e in client.get_node(name=node_name).network_endpoints]
+
+    def published() -> list[list[str]]:
+        response = client.get_guest_attributes(request={"name": node_name})
+        return [[item.value for item in g.query_value.items] for g in response.guest_attributes]
+
+    def served(worker: int) -> str:
+        key = asyncio.run(asyncssh.get_server_host_key(ips[worker], emulator.ssh_port))
+        assert key is not None
+        return str(key.export_public_key("openssh").decode().split()[1])
+
+    (first,), (second,) = published()
+    try:
+        reply = emulator.admin.hostkey_fault(node_id, 1, "missing")
+        assert (reply["mode"], reply["published"]) == ("missing", False)
+        assert published() == [[first], []]  # worker 1 publishes nothing, worker 0 as before
+        assert served(1) == second  # its SSH server is unchanged
+        reply = emulator.admin.hostkey_fault(node_id, 1, "rotate")  # a rebuilt VM, unpublished
+        assert reply["published"] is False and published() == [[first], []]
+        rotated = served(1)
+        assert rotated != second
+        emulator.admin.hostkey_fault(node_id, 1, "none")
+        assert published() == [[first], [rotated]]
+        emulator.admin.hostkey_fault(node_id, 0, "rotate")  # published at once
+        ((zero,), (one,)) = published()
+        assert zero != first and zero == served(0) and one == rotated
+        kinds = [e["detail"] for e in emulator.admin.events() if e["kind"] == "hostkey.fault"]
+        assert "rotate (published: no)" in kinds and "rotate (published: yes)" in kinds
+        with pytest.raises(UsageError, match="missing, rotate or none"):
+            emulator.admin.hostkey_fault(node_id, 0, "lost")
+        with pytest.raises(UsageError):
+            emulator.admin.hostkey_fault(node_id, 2, "missing")  # v4-16 has workers 0 and 1
+    finally:
+        emulator.admin.hostkey_fault(node_id, 1, "none")
+        delete(client, name)
+
+
 def test_event_log_file_and_admin_agree(
     client: Any, parent: str, emulator: EmulatorProcess
 ) -> None:

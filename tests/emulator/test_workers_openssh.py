@@ -96,15 +96,21 @@ def test_openssh_host_key_is_the_published_one(
 ) -> None:
     plane, infos = setup
     for info in infos:
-        with socket.create_connection((info.ip, plane.ssh_port), timeout=5) as sock:
-            transport = paramiko.Transport(sock)
-            try:
-                transport.start_client(timeout=5)
-                server_key = transport.get_remote_server_key()
-                assert "OpenSSH" in transport.remote_version
-            finally:
-                transport.close()
-        assert f"{server_key.get_name()} {server_key.get_base64()}" == info.host_key
+        served, version = _served_key(info.ip, plane.ssh_port)
+        assert "OpenSSH" in version
+        assert served == info.host_key
+
+
+def _served_key(ip: str, port: int) -> tuple[str, str]:
+    """The host key line a server presents, and its version string."""
+    with socket.create_connection((ip, port), timeout=5) as sock:
+        transport = paramiko.Transport(sock)
+        try:
+            transport.start_client(timeout=5)
+            server_key = transport.get_remote_server_key()
+            return f"{server_key.get_name()} {server_key.get_base64()}", transport.remote_version
+        finally:
+            transport.close()
 
 
 def test_openssh_accepts_exactly_the_published_keys(
@@ -211,3 +217,21 @@ def test_openssh_faults(setup: tuple[WorkerPlane, list[WorkerInfo]], key: Client
             sock.recv(1)  # no banner from a stopped sshd
     plane.set_ssh_fault(NODE, 1, None)
     assert run(plane, infos[1], user, key, "echo ok").stdout == b"ok\n"
+
+
+def test_openssh_rotated_host_key_is_served(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    """A rebuilt VM's new host key: served from the next connection on, running or refused."""
+    plane, infos = setup
+    before = infos[0]
+    infos[0] = plane.rotate_host_key(NODE, 0)  # later tests of the module see the new key
+    assert infos[0].host_key != before.host_key and infos[0].ip == before.ip
+    assert _served_key(infos[0].ip, plane.ssh_port)[0] == infos[0].host_key
+    assert run(plane, infos[0], os_user(), key, "echo ok").stdout == b"ok\n"
+    plane.set_ssh_fault(NODE, 0, "refuse")
+    try:
+        infos[0] = plane.rotate_host_key(NODE, 0)
+    finally:
+        plane.set_ssh_fault(NODE, 0, None)
+    assert _served_key(infos[0].ip, plane.ssh_port)[0] == infos[0].host_key

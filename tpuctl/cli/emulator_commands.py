@@ -176,6 +176,21 @@ def maintenance(node: str, worker: int, at: str, host: str | None) -> None:
     emit(views.EmulatorFault(reply), views.fault_view)
 
 
+@emulator_group.command("hostkey-fault")
+@click.argument("node")
+@click.option("--worker", type=int, required=True)
+@click.option("--mode", type=click.Choice(["missing", "rotate", "none"]), required=True)
+@host_option
+@output_option
+def hostkey_fault(node: str, worker: int, mode: str, host: str | None) -> None:
+    """Make one worker publish no host key in its guest attributes (missing), give it a new
+    host key as a rebuilt VM has (rotate; published unless missing), or publish it again
+    (none)."""
+    with _admin(host) as admin:
+        reply = admin.hostkey_fault(node, worker, mode)
+    emit(views.EmulatorFault(reply), views.fault_view)
+
+
 @emulator_group.command("ssh-fault")
 @click.argument("node")
 @click.option("--worker", type=int, required=True)

@@ -48,23 +48,6 @@ class AdminClient:
         result: dict[str, Any] = self.call("Status")
         return result
 
-    def reservation(
-        self,
-        name: str,
-        *,
-        chips: int = 0,
-        generation: str = "v4",
-        state: str = "ACTIVE",
-        remove: bool = False,
-    ) -> list[dict[str, Any]]:
-        """Make (or replace, or `remove`) the TPU reservation `name`
-        (projects/P/locations/Z/reservations/R), as ListReservations then lists it."""
-        body = {"name": name, "chips": chips, "generation": generation, "state": state}
-        result: list[dict[str, Any]] = self.call("Reservation", {**body, "remove": remove})[
-            "reservations"
-        ]
-        return result
-
     def preempt(self, queued_resource: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("Preempt", {"queued_resource": queued_resource})
         return result
@@ -84,6 +67,13 @@ class AdminClient:
         """`mode`: "hang", "refuse", or None/"none" to clear."""
         body = {"node": node, "worker": worker, "mode": mode or "none"}
         result: dict[str, Any] = self.call("SshFault", body)
+        return result
+
+    def hostkey_fault(self, node: str, worker: int, mode: str) -> dict[str, Any]:
+        """`mode`: "missing" (no host key in guest attributes), "rotate" (a new host key),
+        "none" (published again)."""
+        body = {"node": node, "worker": worker, "mode": mode}
+        result: dict[str, Any] = self.call("HostKeyFault", body)
         return result
 
     def api_fault(

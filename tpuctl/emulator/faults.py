@@ -1,8 +1,9 @@
 """The faults the admin service and SimulateMaintenanceEvent start, and their preconditions.
 
 Spot preemption, capacity reclaim, hardware failure of a slice, maintenance (now or
-scheduled), SSH faults. Each checks its precondition and changes what must change at once,
-under the lock, then leaves the slow part to a flow (flows.py).
+scheduled), SSH faults, host keys missing from guest attributes or changed. Each checks its
+precondition and changes what must change at once, under the lock, then leaves the slow part
+to a flow (flows.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tpuctl.emulator.status import ApiError, invalid, precondition
 
 Maintenance = cloud_tpu.UpcomingMaintenance
 SSH_FAULT_MODES = (None, "hang", "refuse")
+HOSTKEY_FAULT_MODES = ("missing", "rotate", "none")
 
 
 # ------------------------------------------------------------------------------ preemption
@@ -202,3 +204,34 @@ def set_ssh_fault(rt: Runtime, name: str, worker: int, mode: str | None) -> dict
         "ssh.fault", qr=node.qr_name, node=node.name, worker=worker, detail=mode or "none"
     )
     return {"node": node.name, "worker": worker, "mode": mode or "none"}
+
+
+def set_hostkey_fault(rt: Runtime, name: str, worker: int, mode: str) -> dict[str, Any]:
+    """What a worker's guest attributes say of its host key, and which key it has.
+
+    `missing`: it publishes none (as when the guest agent cannot write guest attributes: the
+    `compute.disableGuestAttributesAccess` policy, or a VM older than host key publishing);
+    `rotate`: its SSH server gets a new host key, as a rebuilt VM does, published unless
+    `missing` holds; `none`: its current key is published again.
+    """
+    if mode not in HOSTKEY_FAULT_MODES:
+        raise invalid(f"host key fault mode must be missing, rotate or none, not {mode!r}")
+    with rt.lock:
+        node = rt.node(rt.resolve_node(name))
+        worker_indexes([str(worker)], node.accelerator.vms, allow_all=False)
+        if not node.in_plane:
+            raise precondition(f'Node "{node.name}" has no VMs yet')
+        if mode == "missing":
+            node.unpublished_host_keys.add(worker)
+        elif mode == "none":
+            node.unpublished_host_keys.discard(worker)
+    if mode == "rotate":
+        info = rt.plane.rotate_host_key(node.node_id, worker)
+        with rt.lock:
+            node.workers = [info if w.worker == worker else w for w in node.workers]
+    published = worker not in node.unpublished_host_keys
+    rt.events.emit(
+        "hostkey.fault", qr=node.qr_name, node=node.name, worker=worker,
+        detail=f"{mode} (published: {'yes' if published else 'no'})",
+    )  # fmt: skip
+    return {"node": node.name, "worker": worker, "mode": mode, "published": published}

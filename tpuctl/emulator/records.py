@@ -57,6 +57,8 @@ class NodeRecord:
     health: int = Health.HEALTH_UNSPECIFIED
     workers: list[WorkerInfoLike] = field(default_factory=list)
     in_plane: bool = False  # the worker plane holds its VMs
+    # Workers whose host key is not in the guest attributes (the hostkey fault "missing").
+    unpublished_host_keys: set[int] = field(default_factory=set)
     metadata_version: int = 0
     maintenance: cloud_tpu.UpcomingMaintenance | None = None
 

@@ -173,6 +173,12 @@ class AsyncSshEndpoint:
                 lambda: _SilentProtocol(self), self.ip, self.port, reuse_address=True
             )
 
+    async def set_host_key(self, host_key: asyncssh.SSHKey) -> None:
+        """Serve a new host key from the next connection on (open ones keep theirs)."""
+        self._host_key = host_key
+        if self._acceptor is not None:
+            self._acceptor.update(server_host_keys=[host_key])
+
     def drop_connections(self) -> None:
         """The VM went down: every TCP connection to it is gone."""
         for conn in list(self.connections):

@@ -204,6 +204,18 @@ SetEnv {setenv}
         elif self._proc is None:
             await self.start()
 
+    async def set_host_key(self, host_key: asyncssh.SSHKey) -> None:
+        """Serve a new host key: sshd reads its key at start, so a running one is restarted
+        (a hung one is stopped again); connections already open keep theirs."""
+        self._host_key = host_key
+        if self._proc is None:  # refusing: start() writes the new key
+            return
+        hung = self.fault == "hang"
+        await self._stop_sshd()
+        await self.start()
+        if hung and self._proc is not None:
+            vm.signal_pids([self._proc.pid], signal.SIGSTOP)
+
     def drop_connections(self) -> None:
         if self._proc is not None:
             vm.signal_pids(self._sshd_pids()[1:], signal.SIGKILL)

@@ -308,6 +308,18 @@ class WorkerPlane:
             if endpoint is not None:
                 self._call(endpoint.set_fault(mode))
 
+    def rotate_host_key(self, node_id: str, worker: int) -> WorkerInfo:
+        """A new host key for one worker's SSH server, as a rebuilt VM has; connections
+        already open keep the old one. The worker as the control plane publishes it."""
+        from tpuctl.emulator import sshd
+
+        with self._locked(node_id):
+            target = self._worker(node_id, worker)
+            target.host_key, target.host_key_line = sshd.generate_host_key()
+            if target.endpoint is not None:
+                self._call(target.endpoint.set_host_key(target.host_key))
+            return WorkerInfo(target.index, target.ip, target.host_key_line)
+
     def worker_processes(self, node_id: str, worker: int) -> list[int]:
         """Live pids of one worker (whatever session or daemon started them)."""
         marker = self._worker(node_id, worker).marker
