@@ -394,6 +394,50 @@ class TpuApi:
         except NotFoundError:
             return None
 
+    def get_accelerator_type(self, accelerator_type: str) -> Any | None:
+        """The zone's AcceleratorType of that name (e.g. v4-16), or None when not offered."""
+        name = f"{self.location.parent}/acceleratorTypes/{accelerator_type}"
+        try:
+            with api_errors("get", name):
+                return self.client.get_accelerator_type(
+                    name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
+                )
+        except NotFoundError:
+            return None
+
+    def list_accelerator_types(self) -> list[str]:
+        """Every accelerator type the zone offers (ListAcceleratorTypes, all pages)."""
+        parent = self.location.parent
+        with api_errors("list accelerator types in", parent):
+            pager = self.client.list_accelerator_types(
+                request={"parent": parent, "page_size": 1000},
+                retry=self._read_retry(f"listing accelerator types in {parent}"),
+                timeout=self.rpc_timeout,
+            )
+            return [item.type_ for item in pager]
+
+    def list_runtime_versions(self) -> list[str]:
+        """Every runtime version the zone offers (ListRuntimeVersions, all pages)."""
+        parent = self.location.parent
+        with api_errors("list runtime versions in", parent):
+            pager = self.client.list_runtime_versions(
+                request={"parent": parent},
+                retry=self._read_retry(f"listing runtime versions in {parent}"),
+                timeout=self.rpc_timeout,
+            )
+            return [item.version or item.name.rsplit("/", 1)[-1] for item in pager]
+
+    def list_reservations(self) -> list[Any]:
+        """The project's TPU reservations in the zone (ListReservations, all pages)."""
+        parent = self.location.parent
+        with api_errors("list reservations in", parent):
+            pager = self.client.list_reservations(
+                request={"parent": parent},
+                retry=self._read_retry(f"listing reservations in {parent}"),
+                timeout=self.rpc_timeout,
+            )
+            return list(pager)
+
     def wait_operation(self, operation: Any, *, timeout: float, action: str, target: str) -> bool:
         """Wait for a long-running operation; False when it is still running at `timeout`.
 

@@ -48,6 +48,23 @@ class AdminClient:
         result: dict[str, Any] = self.call("Status")
         return result
 
+    def reservation(
+        self,
+        name: str,
+        *,
+        chips: int = 0,
+        generation: str = "v4",
+        state: str = "ACTIVE",
+        remove: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Make (or replace, or `remove`) the TPU reservation `name`
+        (projects/P/locations/Z/reservations/R), as ListReservations then lists it."""
+        body = {"name": name, "chips": chips, "generation": generation, "state": state}
+        result: list[dict[str, Any]] = self.call("Reservation", {**body, "remove": remove})[
+            "reservations"
+        ]
+        return result
+
     def preempt(self, queued_resource: str) -> dict[str, Any]:
         result: dict[str, Any] = self.call("Preempt", {"queued_resource": queued_resource})
         return result

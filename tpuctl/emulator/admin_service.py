@@ -70,6 +70,7 @@ class AdminServicer:
                 _str(b, "node"), _int(b, "worker", 0), _str(b, "mode")
             ),
             "ApiFault": self.api_fault,
+            "Reservation": self.reservation,
             "Capacity": self.capacity,
             "Events": self.events,
         }
@@ -106,6 +107,24 @@ class AdminServicer:
         if mode in ("none", ""):
             mode = None
         return self._cloud.set_ssh_fault(_str(body, "node"), _int(body, "worker", 0), mode)
+
+    def reservation(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Make (or replace) a TPU reservation that ListReservations lists: {"name":
+        "projects/P/locations/Z/reservations/R", "chips", "generation", "state"}; with
+        "remove": true, remove it. Answers every reservation."""
+        name = _str(body, "name")
+        reservations = self._cloud.reservations
+        if body.get("remove"):
+            if not reservations.remove(name):
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"no reservation {name}")
+        else:
+            generation = body.get("generation", "v4")
+            state = body.get("state", "ACTIVE")
+            if not isinstance(generation, str) or not isinstance(state, str):
+                raise invalid("generation and state are strings")
+            reservations.put(name, _int(body, "chips"), generation, state)
+        self._events.emit("reservation", detail=name)
+        return {"reservations": reservations.snapshot()}
 
     def api_fault(self, body: dict[str, Any]) -> dict[str, Any]:
         code = code_by_name(body["code"]) if body.get("code") else None

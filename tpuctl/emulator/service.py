@@ -138,6 +138,35 @@ class TpuServicer:
                 lambda r: cloud.simulate_maintenance_event(r.name, list(r.worker_ids)),
                 None,
             ),
+            "ListAcceleratorTypes": (
+                cloud_tpu.ListAcceleratorTypesRequest,
+                lambda r: cloud.list_accelerator_types(
+                    r.parent, r.filter, r.page_size, r.page_token
+                ),
+                cloud_tpu.ListAcceleratorTypesResponse,
+            ),
+            "GetAcceleratorType": (
+                cloud_tpu.GetAcceleratorTypeRequest,
+                lambda r: cloud.get_accelerator_type(r.name),
+                cloud_tpu.AcceleratorType,
+            ),
+            "ListRuntimeVersions": (
+                cloud_tpu.ListRuntimeVersionsRequest,
+                lambda r: cloud.list_runtime_versions(
+                    r.parent, r.filter, r.page_size, r.page_token
+                ),
+                cloud_tpu.ListRuntimeVersionsResponse,
+            ),
+            "GetRuntimeVersion": (
+                cloud_tpu.GetRuntimeVersionRequest,
+                lambda r: cloud.get_runtime_version(r.name),
+                cloud_tpu.RuntimeVersion,
+            ),
+            "ListReservations": (
+                cloud_tpu.ListReservationsRequest,
+                lambda r: cloud.list_reservations(r.parent, r.page_size, r.page_token),
+                cloud_tpu.ListReservationsResponse,
+            ),
         }
         tpu_handlers = {
             method: self._proto_plus(method, request_type, fn, response_type)

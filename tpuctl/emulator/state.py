@@ -17,7 +17,7 @@ from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 
-from tpuctl.emulator import faults, flows
+from tpuctl.emulator import catalog, faults, flows
 from tpuctl.emulator.clock import Clock
 from tpuctl.emulator.config import EmulatorConfig
 from tpuctl.emulator.events import EventLog
@@ -75,6 +75,7 @@ class CloudTpu:
     ) -> None:
         self.config = config
         self._rt = Runtime(config, plane, events, clock, identity_factory)
+        self.reservations = catalog.Reservations()
 
     # ----------------------------------------------------------------- queued resources
     def create_queued_resource(
@@ -293,6 +294,35 @@ class CloudTpu:
         return _location(project, zone)
 
     # ------------------------------------------------------------------------ operations
+    # ------------------------------------------- accelerator types, runtimes, reservations
+    def list_accelerator_types(
+        self, parent: str, filter_text: str, page_size: int, page_token: str
+    ) -> cloud_tpu.ListAcceleratorTypesResponse:
+        if filter_text:
+            raise invalid("filter is not supported by the emulator's ListAcceleratorTypes")
+        page, token = _page(catalog.accelerator_types(parent), page_size, page_token)
+        return cloud_tpu.ListAcceleratorTypesResponse(accelerator_types=page, next_page_token=token)
+
+    def get_accelerator_type(self, name: str) -> cloud_tpu.AcceleratorType:
+        return catalog.accelerator_type(name)
+
+    def list_runtime_versions(
+        self, parent: str, filter_text: str, page_size: int, page_token: str
+    ) -> cloud_tpu.ListRuntimeVersionsResponse:
+        if filter_text:
+            raise invalid("filter is not supported by the emulator's ListRuntimeVersions")
+        page, token = _page(catalog.runtime_version_list(parent), page_size, page_token)
+        return cloud_tpu.ListRuntimeVersionsResponse(runtime_versions=page, next_page_token=token)
+
+    def get_runtime_version(self, name: str) -> cloud_tpu.RuntimeVersion:
+        return catalog.runtime_version(name)
+
+    def list_reservations(
+        self, parent: str, page_size: int, page_token: str
+    ) -> cloud_tpu.ListReservationsResponse:
+        page, token = _page(self.reservations.listed(parent), page_size, page_token)
+        return cloud_tpu.ListReservationsResponse(reservations=page, next_page_token=token)
+
     def get_operation(self, name: str) -> operations_pb2.Operation:
         with self._rt.lock:
             return operation_proto(self._rt.operations.get(name))

@@ -123,6 +123,9 @@ class Builder:
             if key in deadlines and deadlines[key] <= timedelta(0):
                 raise self.error("a deadline must be longer than zero", f"deadlines.{key}")
         recovery = values.section("recovery")
+        capacity = self.capacity(values.section("capacity"))
+        zone = self.zone(values, capacity)
+        self.check_zone_policy(capacity, job, checkpoint, tpu)
         if job is not None and job.target_step is not None and not checkpoint.dir:
             raise self.error(
                 "target_step needs a checkpoint directory to find the committed steps in",
@@ -132,7 +135,7 @@ class Builder:
         return Spec(
             name=name,
             tpu=tpu,
-            capacity=self.capacity(values.section("capacity")),
+            capacity=capacity,
             checkpoint=checkpoint,
             job=job,
             deadlines=DeadlinesSpec(queue=deadlines["queue"], provision=deadlines["provision"]),
@@ -141,7 +144,7 @@ class Builder:
                 max_failures=recovery["max_failures"],
             ),
             project=values["project"],
-            zone=values["zone"],
+            zone=zone,
             source=self.checker.document.source,
         )
 
@@ -236,9 +239,62 @@ class Builder:
                 "valid_after is not before valid_until: the request could never be served",
                 "capacity.valid_after",
             )
+        zones: tuple[str, ...] = capacity["zones"] or ()
+        if "zones" in capacity and not zones:
+            raise self.error(
+                "an empty list of zones", "capacity.zones", "give at least one zone, or remove it"
+            )
+        for index, zone in enumerate(zones):
+            if zone in zones[:index]:
+                raise self.error(
+                    f"{zone} is listed twice", f"capacity.zones[{index}]", "list each zone once"
+                )
         return CapacitySpec(
-            tier=tier, reservation=capacity["reservation"], valid_until=until, valid_after=after
+            tier=tier,
+            reservation=capacity["reservation"],
+            valid_until=until,
+            valid_after=after,
+            zones=zones,
+            zone_policy=capacity["zone_policy"],
         )
+
+    def zone(self, values: Values, capacity: CapacitySpec) -> str | None:
+        """The spec's one zone: `zone`, or the first of capacity.zones (never both)."""
+        if capacity.zones and "zone" in values:
+            raise self.error(
+                "give zone or capacity.zones, not both",
+                "capacity.zones",
+                f"list {values['zone']} in capacity.zones and remove zone (the first of the "
+                "zones is the one every single-zone command uses)",
+            )
+        return capacity.zones[0] if capacity.zones else values["zone"]
+
+    def check_zone_policy(
+        self,
+        capacity: CapacitySpec,
+        job: JobSpec | None,
+        checkpoint: CheckpointSpec,
+        tpu: TpuSpec,
+    ) -> None:
+        """first-active holds the job back in every zone but the one claimed beside its
+        checkpoints, which needs tpuctl's startup script and a shared checkpoint.dir."""
+        if capacity.zone_policy != "first-active" or job is None:
+            return
+        if "startup-script" in tpu.metadata:
+            raise self.error(
+                "first-active needs tpuctl's startup script: it keeps the job from starting "
+                "in any zone but the chosen one, and tpu.metadata.startup-script replaces it",
+                "capacity.zone_policy",
+                "use zone_policy: sequential (one zone at a time), or job.boot_script for "
+                "your own boot steps",
+            )
+        if not checkpoint.dir:
+            raise self.error(
+                "first-active needs checkpoint.dir: the claim naming the zone the job may run "
+                "in is kept there, where every zone's workers read it",
+                "capacity.zone_policy",
+                "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME, or use zone_policy: sequential",
+            )
 
     def checkpoint(self, checkpoint: Values) -> CheckpointSpec:
         return CheckpointSpec(

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tpuctl.spec.model import API_VERSION, FRAMEWORKS, TIERS
+from tpuctl.spec.model import API_VERSION, FRAMEWORKS, TIERS, ZONE_POLICIES
 from tpuctl.topology import MAX_SLICES, MESH_AXES
 from tpuctl.worker import ENV_NAME_PATTERN, RESERVED_LABELS, RUN_NAME_PATTERN
 
@@ -222,6 +222,27 @@ CAPACITY_FIELDS = (
         f"Do not provision before this: {_BOUND_DOC}.",
         example="10m",
     ),
+    Field(
+        "zones",
+        "str_list",
+        "Zones to queue in, in order of preference, instead of `zone` (whose value is then the "
+        "first of them, for every command that needs one zone); `up` and `create --wait` try "
+        "them as zone_policy says, deadlines.queue applying to each zone in turn. --zones on "
+        "the command line replaces them.",
+        pattern=ZONE_PATTERN,
+        rule=ZONE_RULE,
+        example=["us-central2-b", "us-central1-a"],
+    ),
+    Field(
+        "zone_policy",
+        "str",
+        "How `zones` are tried: sequential (queue in one zone, move on to the next when its "
+        "queueing deadline passes, deleting what is left) or first-active (queue in every zone "
+        "at once, keep the first to become ACTIVE, delete the others; the job runs only in the "
+        "zone claimed in checkpoint.dir, so it needs one).",
+        default="sequential",
+        enum=ZONE_POLICIES,
+    ),
 )
 
 CHECKPOINT_FIELDS = (
@@ -418,7 +439,8 @@ SPEC_FIELDS: tuple[Field, ...] = (
     Field(
         "zone",
         "str",
-        "Zone of the TPUs (e.g. us-central2-b); otherwise from --zone or the environment.",
+        "Zone of the TPUs (e.g. us-central2-b); otherwise from --zone or the environment. "
+        "Give this or capacity.zones, not both.",
         pattern=ZONE_PATTERN,
         rule=ZONE_RULE,
         example="us-central2-b",

@@ -142,12 +142,18 @@ def resolve_code_path(spec: Spec) -> Path | None:
 
 
 def spec_fingerprint(spec: Spec) -> str:
-    """12 hex characters of sha256 over the spec's content, ignoring source, project and zone."""
+    """12 hex characters of sha256 over the spec's content, ignoring source and where it runs
+    (project, zone, capacity.zones): the same spec queued in two zones is the same spec. The
+    default zone_policy is left out too, so fingerprints from before it existed still match."""
     content = {
         item.name: _canonical(getattr(spec, item.name))
         for item in fields(spec)
         if item.name not in ("source", "project", "zone")
     }
+    capacity = content["capacity"]
+    del capacity["zones"]
+    if capacity["zone_policy"] == "sequential":
+        del capacity["zone_policy"]
     blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -18,6 +18,10 @@ TIERS: tuple[Tier, ...] = ("spot", "reserved", "on-demand", "best-effort")
 Framework = Literal["maxtext", "pax", "orbax", "custom"]
 FRAMEWORKS: tuple[Framework, ...] = ("maxtext", "pax", "orbax", "custom")
 
+# How capacity.zones are tried (tpuctl.jobs.zone_choice).
+ZonePolicy = Literal["sequential", "first-active"]
+ZONE_POLICIES: tuple[ZonePolicy, ...] = ("sequential", "first-active")
+
 # A queueing bound: a relative duration ("6h") or an absolute RFC 3339 time.
 TimeBound = timedelta | datetime
 
@@ -49,6 +53,8 @@ class CapacitySpec:
     reservation: str | None = None  # a name, or projects/P/locations/Z/reservations/NAME
     valid_until: TimeBound | None = None
     valid_after: TimeBound | None = None
+    zones: tuple[str, ...] = ()  # in order of preference; empty: the one zone of Spec.zone
+    zone_policy: ZonePolicy = "sequential"
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,24 @@ class Spec:
     def own_startup_script(self) -> bool:
         """The spec brings its own startup script (tpu.metadata), which replaces tpuctl's."""
         return "startup-script" in self.tpu.metadata
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        """The zones to queue in: capacity.zones, else the spec's zone, else none (the
+        environment's zone then)."""
+        if self.capacity.zones:
+            return self.capacity.zones
+        return (self.zone,) if self.zone else ()
+
+    @property
+    def claims_zone(self) -> bool:
+        """zone_policy first-active with a job in tpuctl's startup script: the job runs only
+        in the zone claimed beside its checkpoints (tpuctl.worker.zone_claim)."""
+        return (
+            self.capacity.zone_policy == "first-active"
+            and self.job is not None
+            and not self.own_startup_script
+        )
 
     @property
     def run_name(self) -> str:

@@ -86,6 +86,39 @@ def bucket_metadata(name: str) -> tuple[str | None, str | None, tuple[str, ...]]
     return bucket.location, bucket.location_type, tuple(str(place) for place in placement)
 
 
+# What a job's checkpoints need of their bucket: write, read back, list steps, drop old ones.
+CHECKPOINT_PERMISSIONS = (
+    "storage.objects.create",
+    "storage.objects.get",
+    "storage.objects.list",
+    "storage.objects.delete",
+)
+
+
+def missing_permissions(
+    name: str,
+    credentials: Any,
+    *,
+    project: str | None = None,
+    permissions: tuple[str, ...] = CHECKPOINT_PERMISSIONS,
+) -> list[str]:
+    """The `permissions` on bucket `name` that `credentials` do not hold (testIamPermissions,
+    which answers for the caller: pass the VMs' service account's credentials). With
+    STORAGE_EMULATOR_HOST the emulator is asked, anonymously."""
+    from google.cloud import storage
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+    client = (
+        storage_client()
+        if emulator
+        else storage.Client(project=project or EMULATOR_PROJECT, credentials=credentials)
+    )
+    where = f"gs://{name}"
+    with _gcs_errors(where):
+        granted = set(client.bucket(name).test_iam_permissions(list(permissions)))
+    return [permission for permission in permissions if permission not in granted]
+
+
 def _reason(exc: Any) -> str:
     return str(getattr(exc, "message", None) or exc)
 
