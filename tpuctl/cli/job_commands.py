@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tpuctl.cli.completion import complete_spec_path
+from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -134,6 +135,7 @@ def _stamped(app: AppContext) -> Callable[[Any], None]:
     help="When another tpuctl up babysits this run, wait for it to end (or die) and take "
     "over, instead of exiting 1.",
 )
+@no_preflight_option
 @worker_ssh_options
 @project_zone_options
 @impersonate_option
@@ -145,6 +147,7 @@ def up(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
+    no_preflight: bool,
     **tuning: Any,
 ) -> None:
     """Run SPEC's job to completion: create, wait, start, watch and recover; the CI babysitter.
@@ -167,12 +170,12 @@ def up(
     A TPU API outage is ridden out (said every 30 s) while the job runs on.
 
     \b
-    Exit codes: 0 done, 1 another up holds the run, 3 job failures exhausted or a crash loop,
+    Exit codes: 0 done, 1 another up holds the run, 2 a preflight check blocks the run (see
+    tpuctl doctor; --no-preflight skips them), 3 job failures exhausted or a crash loop,
     4 a queueing or provisioning deadline, 6 FAILED before ever ACTIVE, 7 preemption budget
     exhausted, 11 the TPU API stayed unavailable, 130 interrupted.
     """
     from tpuctl.jobs.adapters import ApiQueuedResource
-    from tpuctl.jobs.provision import placement_warnings
     from tpuctl.jobs.up import Babysitter, run_lease, up_options
 
     app = app_context()
@@ -180,9 +183,9 @@ def up(
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
     location = resolve_location_for(project, zone, spec)
-    for warning in placement_warnings(spec, location.zone):
-        app.warn(warning)
     api = connect_api(location, impersonate)
+    if not no_preflight:
+        preflight(app, spec, location, api, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
     resume = up_command(spec_path, overrides, project, zone)
     options = up_options(spec, resume_hint=resume, **tuning)

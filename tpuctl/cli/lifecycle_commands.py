@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tpuctl.cli.completion import complete_target
+from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
     app_context,
@@ -112,6 +113,7 @@ def _wait_options(spec: Spec | None, **flags: Any) -> WaitOptions:
 @impersonate_option
 @click.option("--wait", "wait_after", is_flag=True, default=False, help="Then wait (see wait).")
 @wait_options
+@no_preflight_option
 @dry_run_option
 @output_option
 def create(
@@ -122,6 +124,7 @@ def create(
     zone: str | None,
     impersonate: str | None,
     wait_after: bool,
+    no_preflight: bool,
     dry_run: bool,
     **waiting: Any,
 ) -> None:
@@ -129,10 +132,12 @@ def create(
 
     A same-named queued resource from a different spec is an error listing what differs.
     With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling).
+    First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
+    blocking one is exit 2 with its fix.
     """
     from tpuctl.cloud import lifecycle
     from tpuctl.cloud.results import CreateResult
-    from tpuctl.jobs.provision import create_request, placement_warnings
+    from tpuctl.jobs.provision import create_request
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides, creating=True)
@@ -146,9 +151,9 @@ def create(
         result.request = request_as_dict(request)
         emit(result, views.create_view)
         return
-    for warning in placement_warnings(spec, location.zone):
-        app.warn(warning)
     api = connect_api(location, impersonate)
+    if not no_preflight:
+        preflight(app, spec, location, api, impersonate)
     options = _wait_options(spec, **waiting)
     if wait_after:
         with WaitProgress(app, spec.name).shown() as progress:

@@ -38,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "emulator_group",
         "Run and drive the local Cloud TPU emulator.",
     ),
+    "doctor": (
+        "tpuctl.cli.doctor_commands",
+        "doctor",
+        "Preflight: check a spec against the project, zone, quota, bucket and SSH; read-only.",
+    ),
     "create": (
         "tpuctl.cli.lifecycle_commands",
         "create",

@@ -293,7 +293,6 @@ class CloudTpu:
             raise not_found("location", name)
         return _location(project, zone)
 
-    # ------------------------------------------------------------------------ operations
     # ------------------------------------------- accelerator types, runtimes, reservations
     def list_accelerator_types(
         self, parent: str, filter_text: str, page_size: int, page_token: str
@@ -323,6 +322,7 @@ class CloudTpu:
         page, token = _page(self.reservations.listed(parent), page_size, page_token)
         return cloud_tpu.ListReservationsResponse(reservations=page, next_page_token=token)
 
+    # ------------------------------------------------------------------------ operations
     def get_operation(self, name: str) -> operations_pb2.Operation:
         with self._rt.lock:
             return operation_proto(self._rt.operations.get(name))

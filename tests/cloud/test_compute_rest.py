@@ -1,0 +1,84 @@
+"""The Compute Engine reads of `tpuctl doctor` (project metadata, firewalls) over REST against a
+local server, and the verdict on which rules let SSH reach the TPU VMs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.auth.credentials import AnonymousCredentials
+
+from tests.cloud_fakes import ComputeFake, compute_server
+from tpuctl.cloud.compute_rest import firewall_rules, project_metadata, ssh_path
+from tpuctl.cloud.resolve import Location
+from tpuctl.jobs.doctor import Inputs, firewall_check
+from tpuctl.spec.model import Spec, TpuSpec
+
+NETWORK = "https://www.googleapis.com/compute/v1/projects/my-project/global/networks/"
+
+
+def rule(name: str, **fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": name,
+        "network": NETWORK + "default",
+        "direction": "INGRESS",
+        "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+        "sourceRanges": ["0.0.0.0/0"],
+    }
+    return {**base, **fields}
+
+
+def test_which_rules_open_ssh() -> None:
+    rules = [
+        rule("default-allow-ssh"),
+        rule("other-network", network=NETWORK + "train"),
+        rule("off", disabled=True),
+        rule("egress", direction="EGRESS"),
+        rule("web", allowed=[{"IPProtocol": "tcp", "ports": ["80", "443"]}]),
+        rule("range", allowed=[{"IPProtocol": "tcp", "ports": ["20-30"]}], sourceRanges=[]),
+        rule("tagged", targetTags=["tpu"], sourceRanges=["35.235.240.0/20"]),
+        rule("everything", allowed=[{"IPProtocol": "all"}], targetServiceAccounts=["a@b"]),
+    ]
+    untagged = ssh_path(rules, "default", [], None)
+    assert untagged.rules == ("default-allow-ssh", "range")
+    assert (untagged.sources, untagged.iap) == (("0.0.0.0/0",), True)  # 0.0.0.0/0 admits IAP
+    tagged = ssh_path(rules, "default", ["tpu"], "a@b")
+    assert tagged.rules == ("default-allow-ssh", "range", "tagged", "everything")
+    only_iap = ssh_path([rule("iap", sourceRanges=["35.235.240.0/20"])], "default", [], None)
+    assert only_iap.iap and only_iap.sources == ("35.235.240.0/20",)
+    office = ssh_path([rule("office", sourceRanges=["203.0.113.0/24"])], "default", [], None)
+    assert not office.iap
+    assert ssh_path(rules, "train", [], None).rules == ("other-network",)
+
+
+def test_reads_go_to_the_endpoint_override() -> None:
+    fake = ComputeFake(metadata={"enable-oslogin": "TRUE"}, firewalls=[rule("a")])
+    with compute_server(fake) as url:
+        env = {"TPUCTL_COMPUTE_ENDPOINT": url}
+        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        assert project_metadata("my-project", credentials, environ=env) == {
+            "enable-oslogin": "TRUE"
+        }
+        assert [
+            item["name"] for item in firewall_rules("my-project", credentials, environ=env)
+        ] == ["a"]
+
+
+def _inputs(env: dict[str, str], **tpu: Any) -> Inputs:
+    spec = Spec(name="job", tpu=TpuSpec(accelerator="v4-8", runtime="tpu-ubuntu2204-base", **tpu))
+    credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+    return Inputs(spec, Location("my-project", "us-central2-b"), None, credentials, env)  # type: ignore[arg-type]
+
+
+def test_the_firewall_check_off_the_emulator() -> None:
+    fake = ComputeFake(firewalls=[rule("office", sourceRanges=["203.0.113.0/24"])])
+    with compute_server(fake) as url:
+        env = {"TPUCTL_COMPUTE_ENDPOINT": url}
+        [found] = firewall_check(_inputs(env))
+        assert (found.ok, found.severity) == (True, "warning")
+        assert found.message.startswith("tcp:22 on default open by office from 203.0.113.0/24")
+        assert "35.235.240.0/20 not admitted (tpuctl does not tunnel through IAP)" in found.message
+        [closed] = firewall_check(_inputs(env, network="train"))
+        assert (closed.ok, closed.severity) == (False, "warning")
+        assert closed.fix is not None and "--network train" in closed.fix
+    [on_emulator] = firewall_check(_inputs({"TPU_EMULATOR_HOST": "127.0.0.1:1"}))
+    assert on_emulator.ok and on_emulator.message.startswith("skipped on the emulator")
