@@ -15,6 +15,8 @@ On a worker (under $TPUCTL_VM_ROOT on an emulated one):
 Beside the checkpoints (shared storage, outlives a repaired worker's disk):
     <checkpoint.dir>/tpuctl/<run>/DONE      the done marker
     <checkpoint.dir>/tpuctl/<run>/journal/  the job's journal (tpuctl.storage.journal)
+    <checkpoint.dir>/tpuctl/<run>/ZONE      zone_policy first-active: the one zone whose workers
+                                            may run the job (tpuctl.storage.zone_claim)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ JOB_STATES = (
     "starting",
     "setup",
     "waiting-for-code",
+    "waiting-for-zone",  # first-active: another zone (or none yet) is claimed for the run
     "running",
     "exited",
     "done",
@@ -118,6 +121,7 @@ RECORD_DIR = "tpuctl"
 DONE_FILE = "DONE"
 JOURNAL_DIR = "journal"
 LEASE_FILE = "lease.json"  # who babysits the run (tpuctl up), renewed while it does
+ZONE_FILE = "ZONE"  # the zone a first-active run's job may run in
 
 
 def join_location(base: str, *parts: str) -> str:
@@ -168,6 +172,13 @@ def done_marker(spec: Spec) -> str | None:
     """`<record dir>/DONE`, written when the job has finished for good."""
     record = record_dir(spec)
     return None if record is None else join_location(record, DONE_FILE)
+
+
+def zone_claim(spec: Spec) -> str | None:
+    """`<record dir>/ZONE` for a spec whose job runs only in a claimed zone (Spec.claims_zone:
+    zone_policy first-active), where its startup script reads which zone that is; else None."""
+    record = record_dir(spec)
+    return None if record is None or not spec.claims_zone else join_location(record, ZONE_FILE)
 
 
 def journal_dir(spec: Spec) -> str | None:

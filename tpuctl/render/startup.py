@@ -46,6 +46,7 @@ _SPEC_PATHS = {
     "CHECKPOINT_DIR_SPEC": "checkpoint.dir",
     "CHECKPOINT_ROOT_SPEC": "checkpoint.dir",
     "DONE_MARKER_SPEC": "checkpoint.dir",
+    "ZONE_CLAIM_SPEC": "capacity.zone_policy",
     "FRAMEWORK": "job.framework",
     "JOB_COMMAND": "job.command",
 }
@@ -89,6 +90,8 @@ def render_values(spec: Spec) -> str:
         # Both empty without checkpoint.dir: the marker then stays on the worker's disk.
         "CHECKPOINT_ROOT_SPEC": worker.checkpoint_root(spec) or "",
         "DONE_MARKER_SPEC": worker.done_marker(spec) or "",
+        # Set for zone_policy first-active: the job runs only in the zone this file names.
+        "ZONE_CLAIM_SPEC": worker.zone_claim(spec) or "",
         "FRAMEWORK": job.framework,
         "JOB_COMMAND": job.command,
     }

@@ -18,6 +18,7 @@ CODE=''
 CHECKPOINT_DIR_SPEC='~/checkpoints'
 CHECKPOINT_ROOT_SPEC=''
 DONE_MARKER_SPEC=''
+ZONE_CLAIM_SPEC=''
 FRAMEWORK=custom
 JOB_COMMAND=true
 MULTISLICE=0
@@ -222,6 +223,33 @@ write_done_marker() {
   esac
 }
 
+# The zone the run is claimed for (zone_policy first-active), into CLAIMED: 0 claimed, 1 no
+# claim yet, 2 it could not tell.
+# shellcheck disable=SC2317 # called through with_retries
+zone_claim_read() {
+  local out rc=0
+  CLAIMED=""
+  case $ZONE_CLAIM in
+    gs://*)
+      gcs_tool "$ZONE_CLAIM" || return 2
+      out=$("${GCS[@]}" cat -- "$ZONE_CLAIM" 2>&1) || rc=$?
+      if ((rc != 0)); then
+        if absent "$out"; then return 1; fi
+        LOOKUP_ERROR="cannot read $ZONE_CLAIM: ${out//$'\n'/ }"
+        return 2
+      fi
+      ;;
+    *)
+      [[ -e $ZONE_CLAIM ]] || return 1
+      if ! out=$(<"$ZONE_CLAIM"); then
+        LOOKUP_ERROR="cannot read $ZONE_CLAIM"
+        return 2
+      fi
+      ;;
+  esac
+  CLAIMED=${out%%$'\n'*}
+}
+
 # The highest committed step under the checkpoint root: on Cloud Storage a step folder with
 # commit_success.txt (Orbax adds it last), on a disk any step folder (a save in progress has a
 # tmp name and is renamed when committed). Prints nothing when there is none.
@@ -383,6 +411,30 @@ if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
   COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
 fi
 log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
+
+# 4b. A run queued in several zones at once (zone_policy first-active) runs only in the zone
+#     tpuctl chose for it and claimed beside the checkpoints (the first whose queued resource
+#     became ACTIVE). Anywhere else nothing is launched: tpuctl deletes those workers, or
+#     claims their zone and runs this script again. A claim it cannot read launches nothing.
+if [[ -n $ZONE_CLAIM_SPEC ]]; then
+  resolve_shared_path "$ZONE_CLAIM_SPEC"
+  ZONE_CLAIM=$RESOLVED
+  OWN_ZONE=$(tpu_env_value ZONE)
+  [[ -n $OWN_ZONE ]] || fail_setup "tpu-env has no ZONE: cannot check the zone claim"
+  CLAIMED="" CLAIM_RC=0
+  with_retries zone_claim_read || CLAIM_RC=$?
+  if ((CLAIM_RC == 2)); then
+    fail_setup "cannot tell which zone the run is claimed for, so nothing is launched: $LOOKUP_ERROR"
+  fi
+  if [[ $CLAIMED != "$OWN_ZONE" ]]; then
+    STATUS_STATE=waiting-for-zone
+    REASON="the run is claimed for ${CLAIMED:-no zone yet}, not $OWN_ZONE: launching nothing"
+    write_status
+    log "$REASON"
+    exit 0
+  fi
+  log "the run is claimed for this zone ($OWN_ZONE)"
+fi
 # JAX's view of this host (and Pax's --host_idx/--num_hosts/--server_addr on Multislice).
 PROCESS_ID=$((WORKER_ID + SLICE_ID * WORKERS_PER_SLICE))
 NUM_PROCESSES=$((WORKERS_PER_SLICE * NUM_SLICES))

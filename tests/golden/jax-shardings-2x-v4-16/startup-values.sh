@@ -6,6 +6,7 @@ CODE=''
 CHECKPOINT_DIR_SPEC='~/checkpoints'
 CHECKPOINT_ROOT_SPEC=''
 DONE_MARKER_SPEC=''
+ZONE_CLAIM_SPEC=''
 FRAMEWORK='custom'
 JOB_COMMAND='python3 pedagogical_examples/shardings.py --dcn_data_parallelism 2 --ici_fsdp_parallelism 8'
 MULTISLICE=1

@@ -6,6 +6,7 @@ CODE='gs://my-bucket/code/train.tar.gz'
 CHECKPOINT_DIR_SPEC='gs://my-bucket/spot-v5e'
 CHECKPOINT_ROOT_SPEC='gs://my-bucket/spot-v5e'
 DONE_MARKER_SPEC='gs://my-bucket/spot-v5e/tpuctl/spot-v5e/DONE'
+ZONE_CLAIM_SPEC=''
 FRAMEWORK='orbax'
 JOB_COMMAND='python3 train.py --steps 50000'
 MULTISLICE=0
