@@ -191,14 +191,20 @@ def _scheduled_maintenance(rt: Runtime, node: NodeRecord, worker: int, delay: fl
 
 
 # ------------------------------------------------------------------------------------ SSH
+def _worker_node(rt: Runtime, name: str, worker: int) -> NodeRecord:
+    """The node `name`, checked to have VMs and a worker `worker`. Under the lock."""
+    node = rt.node(rt.resolve_node(name))
+    worker_indexes([str(worker)], node.accelerator.vms, allow_all=False)
+    if not node.in_plane:
+        raise precondition(f'Node "{node.name}" has no VMs yet')
+    return node
+
+
 def set_ssh_fault(rt: Runtime, name: str, worker: int, mode: str | None) -> dict[str, Any]:
     if mode not in SSH_FAULT_MODES:
         raise invalid(f"ssh fault mode must be hang, refuse or none, not {mode!r}")
     with rt.lock:
-        node = rt.node(rt.resolve_node(name))
-        worker_indexes([str(worker)], node.accelerator.vms, allow_all=False)
-        if not node.in_plane:
-            raise precondition(f'Node "{node.name}" has no VMs yet')
+        node = _worker_node(rt, name, worker)
     rt.plane.set_ssh_fault(node.node_id, worker, mode)
     rt.events.emit(
         "ssh.fault", qr=node.qr_name, node=node.name, worker=worker, detail=mode or "none"
@@ -217,10 +223,7 @@ def set_hostkey_fault(rt: Runtime, name: str, worker: int, mode: str) -> dict[st
     if mode not in HOSTKEY_FAULT_MODES:
         raise invalid(f"host key fault mode must be missing, rotate or none, not {mode!r}")
     with rt.lock:
-        node = rt.node(rt.resolve_node(name))
-        worker_indexes([str(worker)], node.accelerator.vms, allow_all=False)
-        if not node.in_plane:
-            raise precondition(f'Node "{node.name}" has no VMs yet')
+        node = _worker_node(rt, name, worker)
         if mode == "missing":
             node.unpublished_host_keys.add(worker)
         elif mode == "none":
