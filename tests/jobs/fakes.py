@@ -11,8 +11,15 @@ from typing import Any, cast
 
 from tpuctl.clock import Clock
 from tpuctl.cloud.results import CreateResult, DeleteResult
-from tpuctl.cloud.watcher import GONE, Observation, WatchEvent, WatchPolicy
-from tpuctl.errors import ApiUnavailableError, PreemptedError, QueuedResourceFailed
+from tpuctl.cloud.watcher import GONE, Observation, Outcome, WatchEvent, WatchPolicy, WatchResult
+from tpuctl.errors import (
+    ApiUnavailableError,
+    DeadlineError,
+    NotFoundError,
+    PreemptedError,
+    QueuedResourceFailed,
+    TpuctlError,
+)
 from tpuctl.fanout.operations import Fleet
 from tpuctl.fanout.results import FanoutResult, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget
@@ -52,7 +59,8 @@ class FakeClock:
 
 @dataclass
 class FakeQr:
-    """A queued resource: its state, and what was asked of it."""
+    """A queued resource: its state, and what was asked of it. `in_zone` gives the same
+    spec's QR in another zone (one fake per zone, shared through `zones`)."""
 
     name: str = "job"
     state: str = GONE
@@ -65,10 +73,21 @@ class FakeQr:
     deletes: int = 0
     maintenances: list[tuple[str, int]] = field(default_factory=list)
     api_down: bool = False  # every call fails as the TPU API does in an outage
+    undeletable: bool = False  # a deadline's delete cannot be sent (the API is down)
+    zone: str = "z"
+    zones: dict[str, FakeQr] = field(default_factory=dict)  # every zone's fake, shared
+
+    def __post_init__(self) -> None:
+        self.zones.setdefault(self.zone, self)
 
     @property
     def resource(self) -> str:
-        return f"projects/p/locations/z/queuedResources/{self.name}"
+        return f"projects/p/locations/{self.zone}/queuedResources/{self.name}"
+
+    def in_zone(self, zone: str) -> FakeQr:
+        if zone not in self.zones:
+            FakeQr(name=self.name, zone=zone, zones=self.zones)
+        return self.zones[zone]
 
     def _call(self) -> None:
         if self.api_down:
@@ -104,6 +123,39 @@ class FakeQr:
             raise QueuedResourceFailed(f"{self.name} FAILED", name=self.name, reason="no luck")
         if self.state in ("SUSPENDING", "SUSPENDED"):
             raise PreemptedError(f"{self.name} {self.state}", name=self.name, state=self.state)
+        if self.state == "WAITING_FOR_RESOURCES" and policy.queue_timeout is not None:
+            if clock is not None:
+                clock.sleep(policy.queue_timeout)  # the world may change meanwhile
+            if self.state == "WAITING_FOR_RESOURCES":
+                raise self.give_up(
+                    _timed_out(self.state), policy, keep_on_timeout=keep_on_timeout, clock=clock
+                )
+
+    def give_up(
+        self,
+        result: WatchResult,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        clock: Clock | None,
+    ) -> TpuctlError:
+        """As lifecycle.wait_failure: a deadline deletes the QR unless kept."""
+        if result.outcome is Outcome.FAILED:
+            return QueuedResourceFailed(f"{self.name} FAILED", name=self.name, reason="no luck")
+        if result.outcome is Outcome.SUSPENDED:
+            return PreemptedError(f"{self.name} {result.state}", state=result.state)
+        if result.outcome is Outcome.GONE:
+            return NotFoundError(f"{self.name} was deleted while waiting for it")
+        if self.undeletable:
+            keep_on_timeout = True
+        elif not keep_on_timeout:
+            self.delete()
+        return DeadlineError(
+            f"{self.name} in {self.zone} still {result.state} after the queueing deadline",
+            name=self.name,
+            phase="queueing",
+            deleted=not keep_on_timeout,
+        )
 
     def delete(self) -> DeleteResult:
         self._call()
@@ -120,7 +172,11 @@ class FakeQr:
         self.maintenances.append((node_id, worker))
 
     def delete_command(self) -> str:
-        return f"tpuctl delete {self.name} --force --yes"
+        return f"tpuctl delete {self.name} --force --yes --zone {self.zone}"
+
+
+def _timed_out(state: str) -> WatchResult:
+    return WatchResult(Outcome.QUEUE_DEADLINE, state, Observation(state), 0.0, 1)
 
 
 @dataclass
@@ -200,9 +256,21 @@ class FakeRecord:
     shared: bool = True  # the spec has a checkpoint.dir to write the marker in
     reason: str | None = None
     location: str = "gs://bucket/ckpt/job"
+    claims: bool = True  # the spec has a zone claim (zone_policy first-active)
+    claimed: str | None = None
+    claim_history: list[str | None] = field(default_factory=list)
 
     def is_done(self) -> bool:
         return self.done
+
+    def claimed_zone(self) -> str | None:
+        return self.claimed
+
+    def claim_zone(self, zone: str | None) -> bool:
+        if self.claims:
+            self.claimed = zone
+            self.claim_history.append(zone)
+        return self.claims
 
     def write_done(self, reason: str) -> bool:
         if self.shared:

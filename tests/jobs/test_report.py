@@ -75,3 +75,45 @@ def test_checkpoint_step_seconds_uses_the_steadiest_stretch() -> None:
     commits = [(10, T0), (20, T0 + timedelta(seconds=10)), (30, T0 + timedelta(seconds=60))]
     assert checkpoint_step_seconds(commits) == 1.0
     assert checkpoint_step_seconds([(10, T0)]) is None
+
+
+def test_the_timeline_says_which_zone_ran_which_part() -> None:
+    entries = [
+        at(0, "up.start", zone="a"),
+        at(1, "zone.race", zones=["a", "b"], zone=None),
+        at(2, "qr.created", zone="a", racing=True),
+        at(3, "qr.created", zone="b", racing=True),
+        at(4, "qr.state", state="WAITING_FOR_RESOURCES", zone="a", racing=True),
+        at(20, "qr.state", state="PROVISIONING", zone="b", racing=True),
+        at(30, "qr.state", state="ACTIVE", zone="b", racing=True),
+        at(31, "zone.chosen", zone="b"),
+        at(32, "qr.deleted", zone="a", racing=True),  # the loser: b's state is unchanged
+        at(35, "job.running", zone="b", resumed_from=None),
+        at(60, "preemption.detected", zone="b"),
+        at(61, "qr.deleted", zone="b"),
+        at(62, "zone.next", zone="a"),
+        at(63, "qr.recreated", zone="a"),
+        at(70, "qr.state", state="ACTIVE", zone="a"),
+        at(75, "job.running", zone="a", resumed_from=0),
+        at(100, "job.done", zone="a"),
+    ]
+    report = build_report(entries, name="n", run="n")
+    parts = [(phase.phase, phase.zones, phase.seconds) for phase in report.timeline]
+    assert parts == [
+        ("queueing", ("a",), 1),
+        ("queueing", ("a", "b"), 19),
+        ("provisioning", ("a", "b"), 11),
+        ("provisioning", ("b",), 4),
+        ("running", ("b",), 25),
+        ("disruption_recovery", ("b",), 2),
+        ("disruption_recovery", ("a",), 13),
+        ("running", ("a",), 25),
+    ]
+    assert report.timeline[0].to_dict()["zones"] == ["a"]
+    assert report.badput["queueing"] == 20 and report.badput["provisioning"] == 15
+
+
+def test_a_journal_without_zones_has_an_empty_zone_list() -> None:
+    entries = [at(0, "up.start"), at(1, "qr.created"), at(5, "qr.state", state="ACTIVE")]
+    report = build_report(entries, name="n", run="n")
+    assert all(phase.to_dict()["zones"] == [] for phase in report.timeline)

@@ -4,6 +4,7 @@ loop, FAILED before and after ACTIVE, a preemption, a reboot, done."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
@@ -21,9 +22,12 @@ from tests.jobs.fakes import (
 from tpuctl.errors import (
     ApiUnavailableError,
     CommandFailedError,
+    DeadlineError,
     ExitCode,
+    Interrupted,
     PreemptedError,
     QueuedResourceFailed,
+    TpuctlError,
 )
 from tpuctl.jobs.up import Babysitter, UpOptions, UpResult
 from tpuctl.spec.model import Spec
@@ -218,3 +222,165 @@ def test_a_lease_taken_over_stops_this_up_and_leaves_the_run_to_the_other() -> N
     assert lease.acquired and lease.released
     assert world.qr.state == "ACTIVE" and world.qr.deletes == 0  # not ours to delete
     assert world.journal.kinds[-1] == "up.exit"
+
+
+# ------------------------------------------------------------------------------ zones
+
+
+def zoned(policy: str = "sequential", zones: tuple[str, ...] = ("a", "b")) -> World:
+    """A run that may queue in zones a and b (a 60 s queueing deadline in each)."""
+    base = spec()
+    capacity = dataclasses.replace(base.capacity, zones=zones, zone_policy=policy)
+    options = dataclasses.replace(FAST, zones=zones, queue_timeout=60.0)
+    world = World(spec=dataclasses.replace(base, capacity=capacity), options=options)
+    world.qr = FakeQr(zone=zones[0])
+    return world
+
+
+def entries(world: World, kind: str) -> list[dict[str, object]]:
+    return [fields for k, fields in world.journal.entries if k == kind]
+
+
+def test_sequential_moves_on_at_the_deadline_leaving_nothing_behind() -> None:
+    world = zoned()
+    a, b = world.qr, world.qr.in_zone("b")
+    a.next_state = "WAITING_FOR_RESOURCES"  # no capacity in a
+    world.time.at(100, lambda: setattr(world.record, "done", True))
+    result = world.run()
+    assert result.outcome == "done" and result.zone == "b"
+    assert (a.creates, a.deletes, a.state) == (1, 1, "DELETED")
+    assert (b.creates, b.state) == (1, "DELETED")  # deleted at the end: done
+    assert world.jobs.delivered == 1
+    kinds = world.journal.kinds
+    assert kinds.index("zone.next") < kinds.index("job.started")
+    assert entries(world, "zone.next")[0]["zone"] == "b"
+    # Every entry says its zone: a's queueing, then b's run.
+    assert entries(world, "qr.created")[0]["zone"] == "a"
+    assert entries(world, "job.running")[0]["zone"] == "b"
+    assert world.record.claim_history == []  # a sequential run has nothing to claim
+
+
+def test_sequential_with_every_zone_exhausted_exits_4_naming_each() -> None:
+    world = zoned()
+    for zone in ("a", "b"):
+        world.qr.in_zone(zone).next_state = "WAITING_FOR_RESOURCES"
+    with pytest.raises(DeadlineError) as raised:
+        world.run()
+    error = raised.value
+    assert error.exit_code == ExitCode.DEADLINE and "no zone became ACTIVE" in error.message
+    assert [zone["zone"] for zone in error.details["zones"]] == ["a", "b"]
+    assert "job in a still WAITING_FOR_RESOURCES" in error.message
+    assert all(world.qr.in_zone(zone).state == "DELETED" for zone in ("a", "b"))
+    assert world.jobs.delivered == 0
+
+
+def test_sequential_never_moves_on_while_the_last_zone_s_request_may_still_exist() -> None:
+    world = zoned()
+    a = world.qr
+    a.next_state = "WAITING_FOR_RESOURCES"
+    a.undeletable = True
+    with pytest.raises(DeadlineError) as raised:
+        world.run()
+    assert raised.value.details["deleted"] is False
+    assert world.qr.in_zone("b").creates == 0
+
+
+def test_first_active_keeps_the_first_active_and_deletes_the_others_before_the_job() -> None:
+    world = zoned("first-active")
+    a, b = world.qr, world.qr.in_zone("b")
+    world.time.at(5, lambda: setattr(b, "state", "ACTIVE"))
+    world.time.at(60, lambda: setattr(world.record, "done", True))
+    result = world.run()
+    assert result.outcome == "done" and result.zone == "b"
+    assert (a.creates, a.deletes) == (1, 1) and (b.creates, b.deletes) == (1, 1)
+    assert world.record.claim_history == ["b"]
+    kinds = world.journal.kinds
+    deleted_a = next(
+        i for i, (kind, fields) in enumerate(world.journal.entries)
+        if kind == "qr.deleted" and fields["zone"] == "a"
+    )  # fmt: skip
+    assert kinds.index("zone.race") < kinds.index("zone.chosen") < deleted_a
+    assert deleted_a < kinds.index("zone.claimed") < kinds.index("job.started")
+    assert world.jobs.delivered == 1
+
+
+def test_first_active_with_two_active_unclaimed_keeps_the_first_zone() -> None:
+    world = zoned("first-active")
+    a, b = world.qr, world.qr.in_zone("b")
+    a.state = b.state = "ACTIVE"  # both filled while no up watched (an interrupted race)
+    world.time.at(60, lambda: setattr(world.record, "done", True))
+    assert world.run().zone == "a"
+    assert (a.creates, b.creates, b.deletes) == (0, 0, 1)
+    assert world.record.claim_history == ["a"]
+    # Its workers waited for the claim: the job is started, not taken as running.
+    assert world.jobs.delivered == 1
+
+
+def test_first_active_withdraws_a_stale_claim_before_queueing_anywhere() -> None:
+    world = zoned("first-active")
+    world.record.claimed = "b"  # a claim left by an earlier run; b holds nothing now
+    world.time.at(5, lambda: setattr(world.qr, "state", "ACTIVE"))
+    world.time.at(60, lambda: setattr(world.record, "done", True))
+    world.run()
+    assert world.record.claim_history == [None, "a"]
+    kinds = world.journal.kinds
+    assert kinds.index("zone.unclaimed") < kinds.index("qr.created")
+
+
+def test_first_active_takes_up_the_claimed_zone_s_running_job_without_a_race() -> None:
+    world = zoned("first-active")
+    a, b = world.qr, world.qr.in_zone("b")
+    a.state = "WAITING_FOR_RESOURCES"  # left by an interrupted race
+    b.state = "ACTIVE"
+    world.record.claimed = "b"
+    world.jobs.set("running")
+    world.time.at(30, lambda: setattr(world.record, "done", True))
+    world.run()
+    assert a.deletes == 1 and b.creates == 0 and world.jobs.delivered == 0
+    assert "zone.race" not in world.journal.kinds and world.record.claim_history == []
+
+
+def test_first_active_refuses_to_move_a_claim_whose_zone_still_holds_the_run() -> None:
+    world = zoned("first-active", zones=("a",))
+    world.qr.in_zone("b").state = "ACTIVE"  # the run is in b, which --zones left out
+    world.record.claimed = "b"
+    with pytest.raises(TpuctlError) as raised:
+        world.run()
+    assert "claimed for b" in raised.value.message and world.qr.creates == 0
+
+
+def test_a_preempted_zone_run_follows_the_policy_again() -> None:
+    world = zoned("first-active")
+    a, b = world.qr, world.qr.in_zone("b")
+    world.time.at(5, lambda: setattr(b, "state", "ACTIVE"))
+    world.time.at(30, lambda: setattr(b, "state", "SUSPENDED"))
+    world.time.at(40, lambda: setattr(a, "state", "ACTIVE"))  # a has capacity now
+    world.time.at(90, lambda: setattr(world.record, "done", True))
+    result = world.run()
+    assert result.preemptions == 1 and result.zone == "a"
+    # b's claim is withdrawn only once b is gone, then a race, then a claimed.
+    assert world.record.claim_history == ["b", None, "a"]
+    assert world.journal.kinds.count("zone.race") == 2
+    assert world.jobs.delivered == 2
+
+
+def test_first_active_with_every_zone_exhausted_exits_4_and_leaves_nothing() -> None:
+    world = zoned("first-active")
+    with pytest.raises(DeadlineError) as raised:
+        world.run()
+    assert [zone["zone"] for zone in raised.value.details["zones"]] == ["a", "b"]
+    assert all(world.qr.in_zone(zone).state == "DELETED" for zone in ("a", "b"))
+    assert world.record.claim_history == []
+
+
+def test_ctrl_c_during_a_race_names_every_zone_left_queued() -> None:
+    world = zoned("first-active")
+    stop = {"now": False}
+    world.time.at(5, lambda: stop.update(now=True))
+    babysitter = world.babysitter()
+    babysitter.stop_requested = lambda: stop["now"]
+    with pytest.raises(Interrupted) as raised:
+        babysitter.run()
+    hint = raised.value.hint or ""
+    assert "--zone a" in hint and "--zone b" in hint
+    assert world.qr.in_zone("a").state == world.qr.in_zone("b").state == "WAITING_FOR_RESOURCES"

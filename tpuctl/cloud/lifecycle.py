@@ -200,11 +200,12 @@ def wait(
             api, name, watcher.last, options.delete_on_interrupt, during="waiting for"
         ) from None
     if result.outcome is Outcome.REACHED:
-        return _wait_summary(api, name, options.policy.until, result)
-    raise _wait_failure(api, name, options, result, on_event=on_event, clock=clock)
+        return wait_summary(api, name, options.policy.until, result)
+    raise wait_failure(api, name, options, result, on_event=on_event, clock=clock)
 
 
-def _wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> WaitResult:
+def wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> WaitResult:
+    """The Wait document of a wait that reached `target`."""
     return WaitResult(
         name=name,
         target=target,
@@ -218,15 +219,17 @@ def _wait_summary(api: TpuApi, name: str, target: str, result: WatchResult) -> W
     )
 
 
-def _wait_failure(
+def wait_failure(
     api: TpuApi,
     name: str,
     options: WaitOptions,
     result: WatchResult,
     *,
-    on_event: EventCallback | None,
-    clock: Clock | None,
+    on_event: EventCallback | None = None,
+    clock: Clock | None = None,
 ) -> TpuctlError:
+    """The error of a wait that ended with `result` short of its target; at a deadline the
+    queued resource is deleted first (unless kept), so it can never be filled later."""
     observation = result.observation
     state = result.state
     facts: dict[str, Any] = {"name": name, "state": state, "elapsed_seconds": round(result.elapsed)}

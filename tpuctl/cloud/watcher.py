@@ -154,6 +154,7 @@ class Watcher:
         self.warnings: list[str] = []
         self._warned = False
         self._start = 0.0
+        self._started = False
         self._state_since = 0.0
         self._polls_in_state = 0
         self._queue_since: float | None = None
@@ -172,29 +173,39 @@ class Watcher:
         return policy.slow_min * (1.0 + self.rng.uniform(0.0, policy.slow_jitter))
 
     def run(self) -> WatchResult:
-        clock = self.clock
-        self._start = clock.monotonic()
         while True:
-            try:
-                observation = self.fetch()
-            except ApiUnavailableError as error:
-                # An outage: the deadlines run on from the last state seen; say so, go on.
-                now = clock.monotonic()
-                self._outage(error, now)
-                outcome = self._decide_blind(now)
-                if outcome is not None:
-                    return self._result(outcome, self.last or Observation(UNKNOWN), now, error)
-                clock.sleep(self._clip_to_deadline(OUTAGE_POLL, now))
-                continue
-            self.polls += 1
+            result, delay = self.step()
+            if result is not None:
+                return result
+            self.clock.sleep(delay)
+
+    def step(self) -> tuple[WatchResult | None, float]:
+        """One poll: how the wait ended, or None and the seconds until the next poll. `run`
+        sleeps between steps; a caller watching several queued resources at once steps each
+        watcher when its time comes."""
+        clock = self.clock
+        if not self._started:
+            self._started = True
+            self._start = clock.monotonic()
+        try:
+            observation = self.fetch()
+        except ApiUnavailableError as error:
+            # An outage: the deadlines run on from the last state seen; say so, go on.
             now = clock.monotonic()
-            self._recovered(observation, now)
-            self._observe(observation, now)
-            outcome = self._decide(observation, now)
+            self._outage(error, now)
+            outcome = self._decide_blind(now)
             if outcome is not None:
-                return self._result(outcome, observation, now, None)
-            delay = self.next_interval(observation.state, self._polls_in_state)
-            clock.sleep(self._clip_to_deadline(delay, now))
+                return self._result(outcome, self.last or Observation(UNKNOWN), now, error), 0.0
+            return None, self._clip_to_deadline(OUTAGE_POLL, now)
+        self.polls += 1
+        now = clock.monotonic()
+        self._recovered(observation, now)
+        self._observe(observation, now)
+        outcome = self._decide(observation, now)
+        if outcome is not None:
+            return self._result(outcome, observation, now, None), 0.0
+        delay = self.next_interval(observation.state, self._polls_in_state)
+        return None, self._clip_to_deadline(delay, now)
 
     def _result(
         self,

@@ -16,8 +16,9 @@ from tpuctl.errors import NotFoundError
 if TYPE_CHECKING:
     from tpuctl.clock import Clock
     from tpuctl.cloud.client import TpuApi
-    from tpuctl.cloud.results import CreateResult, DeleteResult
-    from tpuctl.cloud.watcher import Observation, WatchEvent, WatchPolicy
+    from tpuctl.cloud.results import CreateResult, DeleteResult, WaitResult
+    from tpuctl.cloud.watcher import Observation, WatchEvent, WatchPolicy, WatchResult
+    from tpuctl.errors import TpuctlError
     from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
     from tpuctl.fanout.targets import WorkerTarget
@@ -27,10 +28,16 @@ if TYPE_CHECKING:
 
 
 class QueuedResourceOps(Protocol):
-    """The queued-resource operations the babysitter and the drill need, for one spec's QR."""
+    """The queued-resource operations the babysitter and the drill need, for one spec's QR in
+    one zone (`in_zone` gives the same spec's QR in another)."""
 
     name: str
     resource: str  # projects/P/locations/Z/queuedResources/NAME
+    zone: str
+
+    def in_zone(self, zone: str) -> QueuedResourceOps:
+        """The same spec's queued resource in `zone` (which may not exist)."""
+        ...
 
     def observe(self) -> Observation:
         """One poll: its state (DELETED when Get says NOT_FOUND), initiator, failure."""
@@ -47,8 +54,20 @@ class QueuedResourceOps(Protocol):
         keep_on_timeout: bool,
         on_event: Callable[[WatchEvent], None] | None,
         clock: Clock | None,
-    ) -> None:
+    ) -> WaitResult | None:
         """Wait for `policy.until`; raises DeadlineError, QueuedResourceFailed, PreemptedError."""
+        ...
+
+    def give_up(
+        self,
+        result: WatchResult,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        clock: Clock | None,
+    ) -> TpuctlError:
+        """The error a wait that ended with `result` (not reached) raises, as `wait` would: at
+        a deadline it deletes the QR first, unless `keep_on_timeout`."""
         ...
 
     def delete(self) -> DeleteResult:
@@ -74,6 +93,12 @@ class ApiQueuedResource:
         self.spec = spec
         self.name = name or (spec.name if spec is not None else "")
         self.resource = api.qr_name(self.name)
+        self.zone = api.location.zone
+
+    def in_zone(self, zone: str) -> ApiQueuedResource:
+        if zone == self.zone:
+            return self
+        return ApiQueuedResource(self.api.in_zone(zone), self.spec, self.name)
 
     def observe(self) -> Observation:
         """One poll, retried briefly: the babysitter rides a longer outage out itself."""
@@ -96,11 +121,24 @@ class ApiQueuedResource:
         keep_on_timeout: bool,
         on_event: Callable[[WatchEvent], None] | None,
         clock: Clock | None,
-    ) -> None:
+    ) -> WaitResult:
         from tpuctl.cloud import lifecycle
 
         options = lifecycle.WaitOptions(policy=policy, keep_on_timeout=keep_on_timeout)
-        lifecycle.wait(self.api, self.name, options, on_event=on_event, clock=clock)
+        return lifecycle.wait(self.api, self.name, options, on_event=on_event, clock=clock)
+
+    def give_up(
+        self,
+        result: WatchResult,
+        policy: WatchPolicy,
+        *,
+        keep_on_timeout: bool,
+        clock: Clock | None,
+    ) -> TpuctlError:
+        from tpuctl.cloud import lifecycle
+
+        options = lifecycle.WaitOptions(policy=policy, keep_on_timeout=keep_on_timeout)
+        return lifecycle.wait_failure(self.api, self.name, options, result, clock=clock)
 
     def delete(self) -> DeleteResult:
         from tpuctl.cloud import lifecycle
@@ -190,6 +228,14 @@ class JobRecord(Protocol):
         ...
 
     def complete_steps(self) -> tuple[int, ...]: ...
+
+    def claimed_zone(self) -> str | None:
+        """The zone the run is claimed for (zone_policy first-active), or None."""
+        ...
+
+    def claim_zone(self, zone: str | None) -> bool:
+        """Claim the run for `zone` (None: for none); False when the spec has no claim."""
+        ...
 
 
 class LeaseLike(Protocol):
@@ -286,3 +332,13 @@ class StorageJobRecord:
     def complete_steps(self) -> tuple[int, ...]:
         report = self._report()
         return () if report is None else tuple(int(step) for step in report.complete_steps)
+
+    def claimed_zone(self) -> str | None:
+        from tpuctl.storage.zone_claim import claimed_zone
+
+        return claimed_zone(self.spec)
+
+    def claim_zone(self, zone: str | None) -> bool:
+        from tpuctl.storage.zone_claim import claim_zone
+
+        return claim_zone(self.spec, zone)

@@ -49,10 +49,11 @@ DEFAULT_GRACE = 30.0
 class WorkerJobStatus:
     """One worker's startup-script job, as its status file tells it.
 
-    `state` is the script's (starting, setup, waiting-for-code, running, exited, done,
-    setup-failed), `none` when this run never started on the worker, or `unknown` when the
-    worker could not be read (`reachable` False, `error` says why). `trainer_alive` is whether
-    the recorded pid still leads its own process group (a live trainer), measured on the worker.
+    `state` is the script's (starting, setup, waiting-for-code, waiting-for-zone, running,
+    exited, done, setup-failed), `none` when this run never started on the worker, or `unknown`
+    when the worker could not be read (`reachable` False, `error` says why). `trainer_alive` is
+    whether the recorded pid still leads its own process group (a live trainer), measured on the
+    worker.
     """
 
     slice: int

@@ -16,6 +16,10 @@ change to the training code):
   taken out of the running time;
 * productive time = running time − wasted progress; goodput = productive time / total time.
 
+Each part of the timeline says the zones it happened in (the `zone` of its entries): one zone,
+or while a first-active race runs, every zone queued in. Entries about a race's other zones
+(`racing`) move neither the zone nor, but for their states, the queued resource's phase.
+
 Program start-up inside the job, data loading and checkpoint saves count as productive here:
 only the training code can measure those.
 """
@@ -62,6 +66,7 @@ class Phase:
     phase: str  # queueing | provisioning | running | disruption_recovery
     start: datetime
     end: datetime
+    zones: tuple[str, ...] = ()  # where it happened (several while zones race); () unknown
 
     @property
     def seconds(self) -> float:
@@ -73,6 +78,7 @@ class Phase:
             "start": self.start,
             "end": self.end,
             "seconds": round(self.seconds, 3),
+            "zones": list(self.zones),
         }
 
 
@@ -158,6 +164,7 @@ class _State:
     qr: str | None = None
     running: bool = False
     disrupted: bool = False
+    zones: tuple[str, ...] = ()
 
     def phase(self) -> str:
         if self.disrupted:
@@ -260,8 +267,16 @@ def _status_and_end(
 def _apply(state: _State, entry: EntryLike) -> None:
     kind = entry.kind
     fields = entry.fields
+    racing = bool(fields.get("racing"))  # about a zone that is not (yet) the run's
+    zone = fields.get("zone")
+    if kind == "zone.race":
+        state.zones = tuple(str(zone) for zone in fields.get("zones") or ())
+    elif isinstance(zone, str) and zone and not racing:
+        state.zones = (zone,)
     if kind == "qr.state":
         state.qr = str(fields.get("state") or state.qr)
+    elif racing:
+        pass
     elif kind in ("qr.created", "qr.recreated"):
         state.qr = "CREATING"
     elif kind == "qr.exists":
@@ -286,19 +301,20 @@ def _timeline(ordered: Sequence[EntryLike], start: datetime, end: datetime) -> l
     for entry in ordered:
         at = min(max(entry.timestamp, start), end)
         if at > cursor:
-            _add(phases, state.phase(), cursor, at)
+            _add(phases, Phase(state.phase(), cursor, at, state.zones))
             cursor = at
         _apply(state, entry)
     if end > cursor:
-        _add(phases, state.phase(), cursor, end)
+        _add(phases, Phase(state.phase(), cursor, end, state.zones))
     return phases
 
 
-def _add(phases: list[Phase], phase: str, start: datetime, end: datetime) -> None:
-    if phases and phases[-1].phase == phase and phases[-1].end == start:
-        phases[-1] = Phase(phase, phases[-1].start, end)
+def _add(phases: list[Phase], phase: Phase) -> None:
+    last = phases[-1] if phases else None
+    if last and (last.phase, last.zones, last.end) == (phase.phase, phase.zones, phase.start):
+        phases[-1] = Phase(phase.phase, last.start, phase.end, phase.zones)
     else:
-        phases.append(Phase(phase, start, end))
+        phases.append(phase)
 
 
 def _disruptions(ordered: Sequence[EntryLike], end: datetime) -> list[Disruption]:

@@ -155,6 +155,15 @@ class JobWatch:
             )
             self.deliver()
             return
+        if any(state == "waiting-for-zone" for state in states):
+            # Booted before their zone was claimed for the run: run the startup script again.
+            owner.emit(
+                "job.redeliver",
+                f"{owner.name}: {states.count('waiting-for-zone')} workers booted before "
+                f"{owner.qr.zone} was claimed for the run; starting the job there",
+            )
+            self.deliver()
+            return
         self.probe_progress()
         if all(state in contract.ENDED_STATES for state in states):
             self._ended(statuses, now)

@@ -1,5 +1,6 @@
-"""The queued-resource side of `tpuctl up`: follow its state, bring it up, and recreate it
-after a spot preemption (or a FAILED after ACTIVE), counting against the preemption budget.
+"""The queued-resource side of `tpuctl up`: follow its state, bring it up in one of the run's
+zones (tpuctl.jobs.zone_choice), and recreate it after a spot preemption (or a FAILED after
+ACTIVE), counting against the preemption budget; a recreate follows the zone policy again.
 
 `QrWatch` belongs to one Babysitter (tpuctl.jobs.up), whose injected QR operations, record,
 journal and clock it uses; the job side is tpuctl.jobs.job_watch.
@@ -18,8 +19,10 @@ from tpuctl.cloud.watcher import (
     WatchPolicy,
 )
 from tpuctl.errors import ApiUnavailableError, PreemptedError, QueuedResourceFailed
+from tpuctl.jobs.zone_choice import Found, ZoneChoice
 
 if TYPE_CHECKING:
+    from tpuctl.jobs.adapters import QueuedResourceOps
     from tpuctl.jobs.up import Babysitter
 
 
@@ -33,6 +36,7 @@ class QrWatch:
         self.fast_polls = 0  # polls to make quickly after a change
         self.outage_since: float | None = None  # monotonic, while the TPU API is down
         self.outage_said = 0.0
+        self.choice: ZoneChoice | None = None  # the latest bring-up across the run's zones
 
     def outage(self, error: ApiUnavailableError) -> None:
         """The API is down: say so at once, then every OUTAGE_REPORT_EVERY seconds."""
@@ -97,30 +101,58 @@ class QrWatch:
         elif event.kind == "warning":
             owner.emit("qr.warning", f"{owner.name}: {event.message}", state=event.state)
 
+    def zone_choice(self) -> ZoneChoice:
+        """A bring-up across the run's zones (UpOptions.zones, else the QR's own zone)."""
+        owner = self.owner
+        options = owner.options
+        policy = WatchPolicy(
+            until="ACTIVE",
+            queue_timeout=options.queue_timeout,
+            provision_timeout=options.provision_timeout,
+        )
+
+        def moved(ops: QueuedResourceOps) -> None:
+            owner.qr = ops
+
+        def tick() -> None:
+            owner.renew_lease()
+            owner.check_stop()
+
+        self.choice = ZoneChoice(
+            owner.spec,
+            owner.qr,
+            options.zones or (owner.qr.zone,),
+            owner.record,
+            wait_policy=policy,
+            keep_on_timeout=options.keep_on_timeout,
+            clock=owner.clock,
+            emit=owner.emit,
+            on_watch=self.on_watch,
+            on_zone=moved,
+            tick=tick,
+        )
+        return self.choice
+
     def bring_up(self) -> bool:
-        """Create (or accept) the QR and wait for ACTIVE; recreate it on preemption.
+        """Create (or accept) the QR in one of the run's zones and wait for ACTIVE; recreate it
+        on preemption.
 
         Returns whether an ACTIVE QR existed already (the job may be running on it).
         """
         owner = self.owner
+        choice = self.zone_choice()
+        found = choice.find()
+        current = choice.pick(found)
         existed_active = False
-        existing = owner.qr.observe()
-        if existing.state != GONE:
+        if current is not None:
+            owner.qr, existing = current
             self.saw_state(existing.state, existing.initiator, existing.failure)
             if existing.state in SUSPENDED_STATES:
                 self.recover(existing.state, existing.initiator, None, restart_job=False)
                 return False
             existed_active = existing.state == "ACTIVE"
-        created = owner.qr.create()
-        if created.action == "created":
-            owner.emit("qr.created", f"created {owner.name}", request_id=created.request_id)
-        else:
-            seen = created.queued_resource.state if created.queued_resource else None
-            owner.emit(
-                "qr.exists", f"{owner.name} exists from this spec ({seen}); using it", state=seen
-            )
         try:
-            self.wait_active()
+            self.acquire(choice, found)
         except PreemptedError as error:
             self.recover(str(error.details.get("state") or "SUSPENDED"), None, None, False)
             return False
@@ -131,22 +163,18 @@ class QrWatch:
             return False
         return existed_active
 
-    def wait_active(self) -> None:
+    def acquire(self, choice: ZoneChoice, found: list[Found], again: int | None = None) -> None:
+        """Bring the QR up under the zone policy (taking up what `found` holds) until ACTIVE."""
         owner = self.owner
-        options = owner.options
-        policy = WatchPolicy(
-            until="ACTIVE",
-            queue_timeout=options.queue_timeout,
-            provision_timeout=options.provision_timeout,
-        )
-        owner.qr.wait(
-            policy,
-            keep_on_timeout=options.keep_on_timeout,
-            on_event=self.on_watch,
-            clock=owner.clock,
-        )
+        owner.qr = choice.bring_up(found, again=again)
+        self.state = "ACTIVE"
         self.ever_active = True
         owner.forget_fleet()  # new workers (or host keys) after a (re)create
+
+    def queued_elsewhere(self) -> list[QueuedResourceOps]:
+        """Queued resources of a race still running (Ctrl-C leaves them), the run's own aside."""
+        racers = self.choice.racers if self.choice is not None else []
+        return [ops for ops in racers if ops.zone != self.owner.qr.zone]
 
     def recover(
         self,
@@ -195,15 +223,9 @@ class QrWatch:
                 preemptions=count,
             )
         owner.emit("qr.deleted", f"deleted {owner.name} to recreate it", reason="recreate")
-        created = owner.qr.create()
-        owner.emit(
-            "qr.recreated",
-            f"created {owner.name} again (same run name, so the job resumes)",
-            count=count,
-            request_id=created.request_id,
-        )
+        choice = self.zone_choice()  # the zone policy again, from the first zone
         try:
-            self.wait_active()
+            self.acquire(choice, choice.find(), again=count)
         except PreemptedError as error:
             self.recover(str(error.details.get("state") or "SUSPENDED"), None, None, False)
         except QueuedResourceFailed as error:

@@ -88,6 +88,8 @@ class UpOptions:
     running_timeout: float = 600.0  # after a start, how long the job may take to be running
     resume_hint: str | None = None  # e.g. "tpuctl up job.yaml", for the Ctrl-C message
     wait_for_lease: bool = False  # another up holds the run: wait for it instead of exiting
+    # The zones to queue in, tried as the spec's zone_policy says; empty: the QR's own zone.
+    zones: tuple[str, ...] = ()
 
 
 def up_options(
@@ -133,6 +135,7 @@ class UpResult(Result):
     deleted: bool = False
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    zone: str | None = None  # where the job ran last
 
 
 class Babysitter:
@@ -177,6 +180,8 @@ class Babysitter:
     # --------------------------------------------------------------------------- plumbing
 
     def emit(self, kind: str, message: str, **fields: Any) -> None:
+        """Say and journal a decision; its `zone` is the run's current zone unless given."""
+        fields.setdefault("zone", self.qr.zone)
         event = UpEvent(self.clock.now(), kind, message, fields)
         if self.journal is not None:
             self.journal.append(kind, message=message, **fields)
@@ -238,15 +243,22 @@ class Babysitter:
     def _run(self) -> UpResult:
         recovery = self.spec.recovery
         self.result.started_at = self.clock.now()
+        zones = list(self.options.zones or (self.qr.zone,))
+        where = ""
+        if len(zones) > 1:
+            where = f"; zones {', '.join(zones)}, {self.spec.capacity.zone_policy}"
         self.emit(
             "up.start",
             f"babysitting {self.name} (run {self.spec.run_name}; budgets: "
-            f"{recovery.max_preemptions} preemptions, {recovery.max_failures} job failures)",
+            f"{recovery.max_preemptions} preemptions, {recovery.max_failures} job failures"
+            f"{where})",
             name=self.name,
             run=self.spec.run_name,
             max_preemptions=recovery.max_preemptions,
             max_failures=recovery.max_failures,
             keep=self.options.keep,
+            zones=zones,
+            zone_policy=self.spec.capacity.zone_policy,
         )
         try:
             self._babysit()
@@ -261,6 +273,7 @@ class Babysitter:
             self._exit(error)
             raise
         self.result.outcome = "done"
+        self.result.zone = self.qr.zone
         self.result.finished_at = self.clock.now()
         self.emit("up.exit", f"{self.name}: done", exit_code=0, outcome="done")
         return self.result
@@ -276,7 +289,7 @@ class Babysitter:
             resume = self._resume_command()
             error.hint = (
                 f"{self.name} and its job may still be running: resume with: {resume}  or "
-                f"delete it with: {self.qr.delete_command()}"
+                f"delete it with: {self._delete_commands()}"
             )
             error.details["deleted"] = False
             return
@@ -315,10 +328,15 @@ class Babysitter:
         """The command that picks this run up again, every word shell-quoted."""
         return self.options.resume_hint or shlex.join(["tpuctl", "up", self.spec.source])
 
+    def _delete_commands(self) -> str:
+        """The command that deletes the run's QR, and those of a race's other zones."""
+        others = self.qr_watch.queued_elsewhere()
+        return "  and  ".join(ops.delete_command() for ops in [self.qr, *others])
+
     def _interrupted(self) -> Interrupted:
         state = self.qr_watch.state or "unknown"
         resume = self._resume_command()
-        delete = self.qr.delete_command()
+        delete = self._delete_commands()
         return Interrupted(
             f"interrupted: stopped babysitting {self.name} (state {state}); the queued resource "
             "and the job were left running",

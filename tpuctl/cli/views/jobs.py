@@ -9,7 +9,13 @@ from tpuctl.jobs.report import JobReport
 from tpuctl.jobs.up import UpResult
 from tpuctl.storage.checkpoints import CheckpointReport
 
-TIMELINE_COLUMNS = (Column("PHASE"), Column("FROM"), Column("TO"), Column("DURATION"))
+TIMELINE_COLUMNS = (
+    Column("PHASE"),
+    Column("ZONE"),
+    Column("FROM"),
+    Column("TO"),
+    Column("DURATION"),
+)
 DISRUPTION_COLUMNS = (
     Column("DISRUPTION"),
     Column("DETECTED"),
@@ -30,8 +36,9 @@ CHECKPOINT_COLUMNS = (
 
 def up_view(result: UpResult, _style: Style) -> str:
     kept = "deleted" if result.deleted else "kept"
+    where = f" in {result.zone}" if result.zone else ""
     return (
-        f"{result.name}: {result.outcome} (latest step {value(result.latest_step)}); "
+        f"{result.name}: {result.outcome}{where} (latest step {value(result.latest_step)}); "
         f"{result.preemptions} preemptions, {result.failures} job failures, "
         f"{result.restarts} restarts; queued resource {kept}\n"
     )
@@ -70,7 +77,13 @@ def report_view(result: JobReport, style: Style) -> str:
         f"{style.time(result.ended_at)}; latest step {value(result.latest_step)}\n"
     )
     timeline = [
-        [phase.phase, style.time(phase.start), style.time(phase.end), style.duration(phase.seconds)]
+        [
+            phase.phase,
+            ",".join(phase.zones) or MISSING,
+            style.time(phase.start),
+            style.time(phase.end),
+            style.duration(phase.seconds),
+        ]
         for phase in result.timeline
     ]
     text += render(TIMELINE_COLUMNS, timeline, width=style.width)
