@@ -137,7 +137,7 @@ class Demo:
             command, env=self.env, stdout=subprocess.PIPE, text=True, start_new_session=True
         )
         assert self.emulator.stdout is not None
-        for _ in range(2):
+        for _ in range(3):  # TPU_EMULATOR_HOST, TPUCTL_SSH_PORT, TPUCTL_COMPUTE_ENDPOINT
             line = self.emulator.stdout.readline().strip()
             if "=" not in line:
                 raise DemoFailed(f"the emulator did not start (printed {line!r})")

@@ -31,7 +31,7 @@ from tpuctl.emulator.testing import EmulatorProcess, _read_exports
 pytestmark = pytest.mark.emulator
 
 
-def test_start_prints_two_lines_and_sigterm_leaves_no_process(tmp_path: Path) -> None:
+def test_start_prints_its_exports_and_sigterm_leaves_no_process(tmp_path: Path) -> None:
     tag = f"{unique('left')}-sleeper"
     process = subprocess.Popen(
         [sys.executable, "-m", "tpuctl", "emulator", "start", "--speed", "20"],
@@ -41,9 +41,10 @@ def test_start_prints_two_lines_and_sigterm_leaves_no_process(tmp_path: Path) ->
     )
     try:
         exports = _read_exports(process, 60)
-        assert set(exports) == {"TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT"}
+        assert set(exports) == {"TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT"}
         assert exports["TPU_EMULATOR_HOST"].startswith("127.0.0.1:")
         assert int(exports["TPUCTL_SSH_PORT"]) > 0
+        assert exports["TPUCTL_COMPUTE_ENDPOINT"].startswith("http://127.0.0.1:")
         handle = EmulatorProcess(tmp_path / "unused")
         handle.host = exports["TPU_EMULATOR_HOST"]
         state_dir = Path(handle.admin.status()["state_dir"])

@@ -142,3 +142,13 @@ def test_several_words_after_the_dashes_arrive_as_one_argv(tpuctl: Project, qr: 
     assert "[0/0] 3 ok (x)" in outcome.stdout  # the two extra words arrived whole, unexpanded
     line = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--", "echo $((6 * 7)) | cat")
     assert "[0/0] 42" in line.stdout  # one word: a shell command line, run as written
+
+
+def test_a_misspelt_option_is_an_error_not_part_of_the_command(tpuctl: Project, qr: QR) -> None:
+    outcome = tpuctl("ssh", qr.name, "--stdn", "--", "cat")
+    assert (
+        outcome.exit_code == 2
+        and "No such option '--stdn'. Did you mean '--stdin'?" in outcome.stderr
+    )
+    dashed = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--", "ls", "-la", "/")
+    assert dashed.exit_code == 0 and "[0/0] total" in dashed.stdout  # after --, all arrive

@@ -26,8 +26,9 @@ T = TypeVar("T")
 def emulator_group() -> None:
     """Run and drive the local Cloud TPU emulator.
 
-    `tpuctl emulator start` prints TPU_EMULATOR_HOST and TPUCTL_SSH_PORT lines to export; the
-    other commands talk to the emulator named by TPU_EMULATOR_HOST.
+    `tpuctl emulator start` prints TPU_EMULATOR_HOST, TPUCTL_SSH_PORT and
+    TPUCTL_COMPUTE_ENDPOINT lines to export; the other commands talk to the emulator named by
+    TPU_EMULATOR_HOST.
     """
 
 
@@ -104,6 +105,7 @@ def start(  # noqa: PLR0917 - click passes options positionally
     def announce(emulator: Any) -> None:
         sys.stdout.write(
             f"TPU_EMULATOR_HOST={emulator.host}\nTPUCTL_SSH_PORT={emulator.ssh_port}\n"
+            f"TPUCTL_COMPUTE_ENDPOINT={emulator.compute_endpoint}\n"
         )
         sys.stdout.flush()
 
@@ -249,6 +251,25 @@ def capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> No
     with _admin(host) as admin:
         data = admin.capacity(parsed, zone=zone)
     emit(views.EmulatorCapacity(data), views.capacity_view)
+
+
+@emulator_group.command("project-metadata")
+@click.argument("project")
+@click.argument("changes", nargs=-1, metavar="[KEY=VALUE|KEY=]...")
+@host_option
+@output_option
+def project_metadata(project: str, changes: tuple[str, ...], host: str | None) -> None:
+    """Show or set a project's common instance metadata (`enable-oslogin=TRUE` turns OS Login
+    on for its nodes that do not say otherwise); `KEY=` removes a key."""
+    parsed: dict[str, str | None] = {}
+    for change in changes:
+        key, sep, value = change.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{change!r} is not KEY=VALUE", hint="e.g. enable-oslogin=TRUE")
+        parsed[key] = value or None
+    with _admin(host) as admin:
+        data = admin.project_metadata(project, parsed)
+    emit(views.EmulatorFault({"project": project, **data}), views.fault_view)
 
 
 @emulator_group.command("events")

@@ -52,7 +52,7 @@ def _finish(app: AppContext, result: FanoutResult, *, quiet_when_ok: bool = Fals
         emit(result, fanout_view, people_on_stderr=True)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command()
 @target_argument
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @selector_options("all; 0/0 for a shell")

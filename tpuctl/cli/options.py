@@ -177,14 +177,25 @@ def worker_ssh_options(func: F) -> F:
             "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
         ),
         click.option("--internal-ip", is_flag=True, default=False, help="Connect to internal IPs."),
-        click.option("--user", default=None, help="SSH user (default: $USER)."),
+        click.option(
+            "--user",
+            default=None,
+            help="SSH user (default: $USER; with OS Login, your account's POSIX user).",
+        ),
+        click.option(
+            "--key-ttl",
+            type=DURATION,
+            default=24 * 3600.0,
+            show_default="24h",
+            help="With OS Login: how long the imported SSH key stays valid.",
+        ),
     ]
     for option in options:
         func = option(func)
     return func
 
 
-WORKER_SSH_KEYS = ("user", "internal_ip", "ssh_port", "strict_host_key_checking")
+WORKER_SSH_KEYS = ("user", "internal_ip", "ssh_port", "strict_host_key_checking", "key_ttl")
 
 
 def pop_worker_ssh(values: dict[str, Any]) -> dict[str, Any]:

@@ -268,6 +268,7 @@ class TpuApi:
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT
     # Told (a line for people) when a call has kept failing for a few seconds.
     on_retry: Callable[[str], None] | None = None
+    impersonate: str | None = None  # the service account acted as, for the other APIs
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:
         return None if self.on_retry is None else RetryNotice(self.on_retry, what, self.retry_total)
@@ -466,4 +467,6 @@ def connect(
     """A ready TpuApi for a resolved location (credentials are loaded here, once)."""
     env = os.environ if environ is None else environ
     client = make_tpu_client(impersonate=impersonate, environ=env)
-    return TpuApi(client=client, location=location, retry_total=retry_seconds(env))
+    return TpuApi(
+        client=client, location=location, retry_total=retry_seconds(env), impersonate=impersonate
+    )

@@ -51,6 +51,7 @@ class GcloudConfig:
     project: str | None
     zone: str | None
     problem: str | None = None  # why the file could not be read (it then gives no values)
+    account: str | None = None  # [core] account: whom OS Login imports keys for
 
 
 def gcloud_config_dir(environ: Mapping[str, str]) -> Path:
@@ -84,7 +85,8 @@ def active_gcloud_config(environ: Mapping[str, str]) -> GcloudConfig:
         return GcloudConfig(name, path, None, None, _parse_problem(exc))
     project = parser.get("core", "project", fallback="").strip() or None
     zone = parser.get("compute", "zone", fallback="").strip() or None
-    return GcloudConfig(name, path, project, zone)
+    account = parser.get("core", "account", fallback="").strip() or None
+    return GcloudConfig(name, path, project, zone, account=account)
 
 
 def _read_config_file(path: Path) -> tuple[str, str | None]:

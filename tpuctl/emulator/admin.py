@@ -122,6 +122,14 @@ class AdminClient:
         result: dict[str, Any] = self.call("Capacity", body)["capacity"]
         return result
 
+    def project_metadata(
+        self, project: str, changes: dict[str, str | None] | None = None
+    ) -> dict[str, str]:
+        """A project's common instance metadata, after setting `changes` (None removes)."""
+        body = {"project": project, "set": changes or {}}
+        result: dict[str, str] = self.call("ProjectMetadata", body)["metadata"]
+        return result
+
     def events(self, since: int = 0, wait: float = 0.0) -> list[dict[str, Any]]:
         """Events with seq >= since; waits up to `wait` seconds for one when there are none."""
         result: list[dict[str, Any]] = self.call(

@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from tpuctl.emulator.access import Access
 from tpuctl.emulator.config import parse_duration
 from tpuctl.emulator.events import EventLog
 from tpuctl.emulator.service import ApiFaults
@@ -50,12 +51,18 @@ def _str(body: dict[str, Any], key: str) -> str:
 
 class AdminServicer:
     def __init__(
-        self, cloud: CloudTpu, faults: ApiFaults, events: EventLog, info: dict[str, Any]
+        self,
+        cloud: CloudTpu,
+        faults: ApiFaults,
+        events: EventLog,
+        info: dict[str, Any],
+        access: Access | None = None,
     ) -> None:
         self._cloud = cloud
         self._faults = faults
         self._events = events
-        self._info = info  # host, ssh_port, state_dir
+        self._info = info  # host, ssh_port, compute_endpoint, state_dir
+        self._access = access or Access()
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods: dict[str, JsonHandler] = {
@@ -73,6 +80,7 @@ class AdminServicer:
             "Reservation": self.reservation,
             "Capacity": self.capacity,
             "Events": self.events,
+            "ProjectMetadata": self.project_metadata,
         }
         return grpc.method_handlers_generic_handler(
             ADMIN_SERVICE, {name: self._wrap(fn) for name, fn in methods.items()}
@@ -133,6 +141,20 @@ class AdminServicer:
         result = self._faults.set(code, count, exhausted)
         self._events.emit("api.fault.set", detail=json.dumps(result, sort_keys=True))
         return result
+
+    def project_metadata(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Show, or set (`set`: key → value, null removes), a project's common instance
+        metadata, e.g. {"enable-oslogin": "TRUE"}."""
+        project = _str(body, "project")
+        changes = body.get("set") or {}
+        if not isinstance(changes, dict) or not all(
+            isinstance(value, str | None) for value in changes.values()
+        ):
+            raise invalid("set must map metadata keys to strings (or null to remove)")
+        items = self._access.set_project_metadata(project, changes)
+        if changes:
+            self._events.emit("project.metadata", detail=json.dumps({project: items}))
+        return {"project": project, "metadata": items}
 
     def capacity(self, body: dict[str, Any]) -> dict[str, Any]:
         """Show or set the pools; with "zone", that zone's (set: pools of its own)."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tpuctl.emulator import metadata as metadata_server
 from tpuctl.emulator import vm
+from tpuctl.emulator.access import Access
 from tpuctl.topology import AcceleratorError, parse_accelerator
 
 if TYPE_CHECKING:
@@ -198,8 +199,13 @@ class PlaneNode:
     """A node's workers, metadata and keys; `lock` serializes its lifecycle operations."""
 
     def __init__(
-        self, identity: NodeIdentity, metadata: Mapping[str, str], coordinator: str | None
+        self,
+        identity: NodeIdentity,
+        metadata: Mapping[str, str],
+        coordinator: str | None,
+        access: Access | None = None,
     ) -> None:
+        self.access = access or Access()
         self.identity = identity
         self.coordinator = coordinator
         self.workers: list[PlaneWorker] = []
@@ -227,8 +233,14 @@ class PlaneNode:
         self.version += 1
 
     def authorized_keys(self, user: str) -> asyncssh.SSHAuthorizedKeys | None:
+        """The keys `user` may log in with: with OS Login on (the node's metadata, else its
+        project's), only the unexpired keys the OS Login API holds for that POSIX user; else
+        the node's `ssh-keys` metadata."""
         from tpuctl.emulator import sshd
 
+        if self.access.os_login(self.identity.project, self.metadata):
+            imported = self.access.oslogin_keys(user)
+            return sshd.authorized_keys(imported) if imported else None
         cache = self._key_cache
         if user not in cache:
             lines = self.keys.get(user)

@@ -12,10 +12,13 @@ from typing import Any
 
 import grpc
 
+from tpuctl.emulator.access import Access
 from tpuctl.emulator.admin_service import AdminServicer
 from tpuctl.emulator.clock import Clock
+from tpuctl.emulator.compute import ComputeServer
 from tpuctl.emulator.config import EmulatorConfig
 from tpuctl.emulator.events import EventLog
+from tpuctl.emulator.oslogin_service import OsLoginServicer
 from tpuctl.emulator.plane import WorkerPlaneAPI
 from tpuctl.emulator.service import ApiFaults, TpuServicer
 from tpuctl.emulator.state import CloudTpu
@@ -51,6 +54,9 @@ class Emulator:
         self.host = ""
         self.ssh_port = 0
         self.faults: ApiFaults | None = None
+        self.access = Access()
+        self._compute: ComputeServer | None = None
+        self.compute_endpoint = ""
 
     @property
     def cloud(self) -> CloudTpu:
@@ -65,6 +71,9 @@ class Emulator:
         clock = Clock(config.speed)
         self._events = EventLog(clock, self.state_dir / "events.jsonl")
         try:
+            self._compute = ComputeServer(self.access)
+            self._compute.start()
+            self.compute_endpoint = self._compute.endpoint
             plane = self._plane or self._real_plane()
             self._plane = plane
             plane.start()
@@ -83,13 +92,16 @@ class Emulator:
             info = {
                 "host": self.host,
                 "ssh_port": self.ssh_port,
+                "compute_endpoint": self.compute_endpoint,
                 "state_dir": str(self.state_dir),
                 "grace": config.grace,
             }
+            admin = AdminServicer(self._cloud, self.faults, self._events, info, self.access)
             server.add_generic_rpc_handlers(
                 [
                     *TpuServicer(self._cloud, self.faults).handlers(),
-                    AdminServicer(self._cloud, self.faults, self._events, info).handler(),
+                    OsLoginServicer(self.access, self.faults.check).handler(),
+                    admin.handler(),
                 ]
             )
             server.start()
@@ -116,6 +128,9 @@ class Emulator:
         if self._events is not None:
             self._events.close()
             self._events = None
+        if self._compute is not None:
+            self._compute.close()
+            self._compute = None
         if self._owns_state_dir and self.state_dir != Path():
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
@@ -134,6 +149,7 @@ class Emulator:
             ssh_port=self.config.ssh_port,
             speed=self.config.speed,
             ssh_server=self.config.ssh_server,
+            access=self.access,
         )
         return plane
 

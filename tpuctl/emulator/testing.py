@@ -27,6 +27,7 @@ class EmulatorProcess:
         self.env = env
         self.host = ""
         self.ssh_port = 0
+        self.compute_endpoint = ""
         self.process: subprocess.Popen[bytes] | None = None
         self._admin: AdminClient | None = None
         self.log_path = self.state_dir.parent / f"{self.state_dir.name}.log"
@@ -39,7 +40,11 @@ class EmulatorProcess:
 
     def environment(self) -> dict[str, str]:
         """Variables a client process needs to use this emulator."""
-        return {"TPU_EMULATOR_HOST": self.host, "TPUCTL_SSH_PORT": str(self.ssh_port)}
+        return {
+            "TPU_EMULATOR_HOST": self.host,
+            "TPUCTL_SSH_PORT": str(self.ssh_port),
+            "TPUCTL_COMPUTE_ENDPOINT": self.compute_endpoint,
+        }
 
     def tpu_client(self) -> Any:
         """The unmodified google-cloud-tpu v2alpha1 client on an insecure channel."""
@@ -73,6 +78,7 @@ class EmulatorProcess:
             raise
         self.host = values["TPU_EMULATOR_HOST"]
         self.ssh_port = int(values["TPUCTL_SSH_PORT"])
+        self.compute_endpoint = values["TPUCTL_COMPUTE_ENDPOINT"]
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, wait, then SIGKILL the process group; the exit code (None if killed)."""
@@ -107,8 +113,11 @@ class EmulatorProcess:
         self.stop()
 
 
+EXPORTS = ("TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT")
+
+
 def _read_exports(process: subprocess.Popen[bytes], timeout: float) -> dict[str, str]:
-    """The two `NAME=value` lines `tpuctl emulator start` prints once it serves."""
+    """The `NAME=value` lines `tpuctl emulator start` prints once it serves."""
     stdout: IO[bytes] | None = process.stdout
     assert stdout is not None
     values: dict[str, str] = {}
@@ -116,7 +125,7 @@ def _read_exports(process: subprocess.Popen[bytes], timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
         selector.register(stdout, selectors.EVENT_READ)
-        while len(values) < 2:
+        while len(values) < len(EXPORTS):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the emulator did not print its address in time")

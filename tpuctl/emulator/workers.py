@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tpuctl.emulator import vm
+from tpuctl.emulator.access import Access
 from tpuctl.emulator.plane_nodes import (
     NodeIdentity,
     PlaneNode,
@@ -58,6 +59,7 @@ class WorkerPlane:
         ssh_port: int = 0,
         speed: float = 1.0,
         ssh_server: str = "asyncssh",
+        access: Access | None = None,
     ) -> None:
         if ssh_server not in SSH_SERVERS:
             raise ValueError(f"ssh_server must be one of {', '.join(SSH_SERVERS)}")
@@ -65,6 +67,7 @@ class WorkerPlane:
         # Real processes run at real speed; kept for symmetry with the control plane's clock.
         self.speed = speed
         self.ssh_server = ssh_server
+        self.access = access or Access()  # OS Login and project metadata: who may log in
         self.instance_id = uuid.uuid4().hex
         self._requested_ssh_port = ssh_port
         # Second octet chosen per instance, so two emulators (or test runs) rarely share IPs;
@@ -173,7 +176,7 @@ class WorkerPlane:
         self._require_started()
         if identity.workers < 1:
             raise ValueError(f"node {identity.node_id} needs at least one worker")
-        node = PlaneNode(identity, metadata, coordinator)
+        node = PlaneNode(identity, metadata, coordinator, self.access)
         with self._lock:
             if identity.node_id in self._nodes:
                 raise ValueError(f"emulated node {identity.node_id} already exists")

@@ -40,6 +40,7 @@ class SshSettings:
     keepalive: float = 15.0
     key_path: Path | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    key_ttl: float = 24 * 3600.0  # an OS Login key expires after this long
 
 
 @dataclass

@@ -1,20 +1,66 @@
-"""A fleet ready to connect to: the QR's workers (cloud), selected, our key in their nodes'
-`ssh-keys` metadata, their host keys from guest attributes, one connection setting (fanout)."""
+"""A fleet ready to connect to: the QR's workers (cloud), selected, our key made to work on them
+(OS Login, or their nodes' `ssh-keys` metadata), their host keys from guest attributes, one
+connection setting (fanout)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from tpuctl.clock import format_duration
 from tpuctl.cloud import nodes as cloud_nodes
+from tpuctl.cloud import oslogin
 from tpuctl.cloud.client import TpuApi
 from tpuctl.errors import UsageError
 from tpuctl.fanout.connection import ConnectOptions
-from tpuctl.fanout.keys import check_user, default_user, ensure_key
+from tpuctl.fanout.keys import LocalKey, check_user, default_user, ensure_key
 from tpuctl.fanout.known_hosts import CHECKING_MODES, HostKeyPins, default_path
 from tpuctl.fanout.operations import Fleet, SshSettings
 from tpuctl.fanout.targets import WorkerTarget, select, ssh_port, worker_targets
 
 Progress = Callable[[str], None]
+
+
+def grant_access(
+    api: TpuApi, node_ids: list[str], key: LocalKey, settings: SshSettings, say: Progress
+) -> str:
+    """Make our key work on the nodes, the way their project wants it; the user to log in as.
+
+    OS Login (the node's `enable-oslogin`, else the project's): the key is imported for the
+    caller through the OS Login API, expiring after `settings.key_ttl`, and the login is the
+    caller's POSIX user; nothing is written to the nodes. Otherwise the key goes into each
+    node's `ssh-keys` metadata for `--user` (default $USER), as gcloud does.
+    """
+    first = api.get_node(api.location.node_name(node_ids[0]))
+    node = oslogin.node_setting(first.metadata) if first is not None else None
+    project = None
+    if node is None:
+        project, unreadable = oslogin.project_setting(api.location, impersonate=api.impersonate)
+        if unreadable is not None:
+            say(f"cannot read the project's metadata ({unreadable}); OS Login taken as off")
+    if not oslogin.uses_os_login(node, project):
+        user = check_user(default_user(settings.user))
+        for node_id in node_ids:
+            node_name = api.location.node_name(node_id)
+            if cloud_nodes.add_ssh_key(api, node_name, user, key.algorithm, key.blob):
+                say(f"published {user}'s key {key.path}.pub to {node_id}")
+        return user
+    account = oslogin.caller(api.impersonate)
+    public_key = f"{key.algorithm} {key.blob} tpuctl"
+    posix = oslogin.import_key(
+        api.location,
+        account,
+        public_key,
+        ttl_seconds=settings.key_ttl,
+        impersonate=api.impersonate,
+    )
+    where = "the node" if node is not None else "the project"
+    say(
+        f"OS Login ({where} turns it on): imported {key.path}.pub for {account}, expiring in "
+        f"{format_duration(settings.key_ttl)}; logging in as {posix}"
+    )
+    if settings.user and settings.user != posix:
+        say(f"--user {settings.user} does not apply with OS Login: logging in as {posix}")
+    return check_user(posix)
 
 
 def prepare_fleet(
@@ -41,16 +87,11 @@ def prepare_fleet(
     targets = select(everyone, nodes=nodes, workers=workers)
     if not targets:
         raise UsageError(f"no workers selected in {name}")
-    user = check_user(default_user(settings.user))
     key = ensure_key(settings.key_path)
     if key.created:
         say(f"created SSH key {key.path} (ed25519)")
     node_ids = list(dict.fromkeys(target.node_id for target in targets))
-    for node_id in node_ids:
-        if cloud_nodes.add_ssh_key(
-            api, api.location.node_name(node_id), user, key.algorithm, key.blob
-        ):
-            say(f"published {user}'s key {key.path}.pub to {node_id}")
+    user = grant_access(api, node_ids, key, settings, say)
     targets, pins = host_key_checks(api, targets, settings, on_warning or say)
     options = ConnectOptions(
         user=user,

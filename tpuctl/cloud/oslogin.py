@@ -1,0 +1,140 @@
+"""OS Login, decided and used the way gcloud does it for TPU VMs.
+
+A node uses OS Login when its metadata says `enable-oslogin: TRUE`, or says nothing and the
+project's common instance metadata (Compute Engine's `projects.get`) says TRUE; a node's FALSE
+wins. Then tpuctl imports the public key through the OS Login API for the caller (the
+impersonated service account, the credentials' service account, else gcloud's account), with
+an expiry so nothing permanent is left behind, and logs in as the POSIX user of the caller's
+login profile; the node's `ssh-keys` metadata is never written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tpuctl.cloud.client import api_errors, load_credentials, make_retry, retry_seconds
+from tpuctl.cloud.resolve import EMULATOR_ENV, Location, active_gcloud_config, is_emulator
+from tpuctl.errors import AuthError, TpuctlError
+
+OS_LOGIN = "enable-oslogin"
+ACCOUNT_ENV = "TPUCTL_ACCOUNT"  # whom OS Login imports keys for, when nothing else says
+DEFAULT_KEY_TTL = 24 * 3600.0
+
+
+def flag(value: object) -> bool | None:
+    """`enable-oslogin` as Compute Engine reads it: True, False, or None when unset."""
+    text = str(value or "").strip()
+    if not text:
+        return None
+    return text.upper() in ("TRUE", "1", "YES")
+
+
+def node_setting(metadata: Any) -> bool | None:
+    return flag(dict(metadata).get(OS_LOGIN))
+
+
+def project_setting(
+    location: Location,
+    *,
+    impersonate: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[bool | None, str | None]:
+    """The project's `enable-oslogin` (common instance metadata), and why it could not be
+    read (None when it was). Unreadable is not fatal: a node's own setting may decide."""
+    from tpuctl.cloud.compute_rest import COMPUTE_ENV, ComputeError, project_metadata
+
+    env = os.environ if environ is None else environ
+    if is_emulator(env) and not env.get(COMPUTE_ENV):
+        return None, f"{COMPUTE_ENV} is unset (the emulator announces it)"
+    try:
+        credentials = load_credentials(impersonate=impersonate, environ=env)
+        metadata = project_metadata(location.project, credentials, environ=env)
+    except TpuctlError as error:
+        return None, error.message
+    except ComputeError as error:
+        return None, f"projects.get {location.project}: {error.message}"
+    return flag(metadata.get(OS_LOGIN)), None
+
+
+def uses_os_login(node: bool | None, project: bool | None) -> bool:
+    """The node's own setting wins; else the project's; else off."""
+    return node if node is not None else bool(project)
+
+
+def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The account OS Login imports the key for: the impersonated service account, the
+    credentials' own service account, TPUCTL_ACCOUNT, else gcloud's `[core] account`."""
+    env = os.environ if environ is None else environ
+    if impersonate:
+        return impersonate
+    explicit = env.get(ACCOUNT_ENV, "").strip()
+    if explicit:
+        return explicit
+    if not is_emulator(env):
+        credentials = load_credentials(environ=env)
+        email = getattr(credentials, "service_account_email", None)
+        if isinstance(email, str) and "@" in email:
+            return email
+    account = active_gcloud_config(env).account
+    if account:
+        return account
+    raise AuthError(
+        "OS Login is on, and tpuctl cannot tell which account to import the SSH key for",
+        hint=f"set {ACCOUNT_ENV}=you@example.com, run 'gcloud config set account ACCOUNT', "
+        "or pass --impersonate-service-account",
+    )
+
+
+def import_key(
+    location: Location,
+    account: str,
+    public_key: str,
+    *,
+    ttl_seconds: float = DEFAULT_KEY_TTL,
+    impersonate: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Import `public_key` ("ssh-ed25519 AAAA… comment") for `account`, expiring after
+    `ttl_seconds`; the POSIX user name to log in as (the login profile's primary account)."""
+    env = os.environ if environ is None else environ
+    from google.cloud import oslogin_v1
+    from google.cloud.oslogin_v1 import common
+
+    client = _client(impersonate, env)
+    expires = int((time.time() + ttl_seconds) * 1_000_000)
+    parent = f"users/{account}"
+    request = oslogin_v1.ImportSshPublicKeyRequest(
+        parent=parent,
+        ssh_public_key=common.SshPublicKey(key=public_key, expiration_time_usec=expires),
+        project_id=location.project,
+    )
+    retry = make_retry(total_seconds=retry_seconds(env), reads=False)
+    with api_errors("import the SSH key through OS Login for", account):
+        response = client.import_ssh_public_key(request=request, retry=retry, timeout=60.0)
+    accounts = list(response.login_profile.posix_accounts)
+    primary = next((a for a in accounts if a.primary), accounts[0] if accounts else None)
+    if primary is None or not primary.username:
+        raise AuthError(
+            f"OS Login gave {account} no POSIX account to log in as",
+            hint="the account needs roles/compute.osLogin (or osAdminLogin) on the project",
+        )
+    return str(primary.username)
+
+
+def _client(impersonate: str | None, env: Mapping[str, str]) -> Any:
+    from google.cloud import oslogin_v1
+
+    host = env.get(EMULATOR_ENV)
+    if host:
+        import grpc
+        from google.cloud.oslogin_v1.services.os_login_service.transports import (
+            OsLoginServiceGrpcTransport,
+        )
+
+        transport = OsLoginServiceGrpcTransport(channel=grpc.insecure_channel(host))
+        return oslogin_v1.OsLoginServiceClient(transport=transport)
+    credentials = load_credentials(impersonate=impersonate, environ=env)
+    return oslogin_v1.OsLoginServiceClient(credentials=credentials)
