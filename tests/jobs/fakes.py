@@ -297,7 +297,7 @@ class FakeJournal:
         return [kind for kind, _ in self.entries]
 
 
-def fleet(slices: int = 1, workers: int = 2) -> Fleet:
+def fleet(slices: int = 1, workers: int = 2, zone: str | None = None) -> Fleet:
     """A stand-in Fleet: the babysitter reads only its targets."""
     targets = [
         WorkerTarget(s, f"job-{s}" if slices > 1 else "job", w, f"10.0.{s}.{w}")

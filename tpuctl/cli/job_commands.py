@@ -15,13 +15,16 @@ from tpuctl.cli.options import (
     DURATION,
     app_context,
     impersonate_option,
+    one_of_zone_zones,
     output_option,
     pop_worker_ssh,
     project_zone_options,
+    run_zones_option,
     set_option,
     spec_argument,
     ssh_settings,
     target_argument,
+    with_zones,
     worker_ssh_options,
 )
 from tpuctl.cli.output import emit
@@ -47,11 +50,14 @@ if TYPE_CHECKING:
 
 def _fleet_factory(
     app: AppContext, api: TpuApi, name: str, settings: SshSettings
-) -> Callable[[], Fleet]:
-    def make() -> Fleet:
+) -> Callable[..., Fleet]:
+    """The workers of `name`, in `zone` when given (a run that moved zones), else the api's."""
+
+    def make(zone: str | None = None) -> Fleet:
         from tpuctl.jobs.fleet import prepare_fleet
 
-        return prepare_fleet(api, name, settings, on_progress=app.info, on_warning=app.warn)
+        where = api.in_zone(zone) if zone and zone != api.location.zone else api
+        return prepare_fleet(where, name, settings, on_progress=app.info, on_warning=app.warn)
 
     return make
 
@@ -138,6 +144,7 @@ def _stamped(app: AppContext) -> Callable[[Any], None]:
 @no_preflight_option
 @worker_ssh_options
 @project_zone_options
+@run_zones_option
 @impersonate_option
 @output_option
 def up(
@@ -146,6 +153,7 @@ def up(
     overrides: tuple[str, ...],
     project: str | None,
     zone: str | None,
+    zones: str | None,
     impersonate: str | None,
     no_preflight: bool,
     **tuning: Any,
@@ -179,6 +187,7 @@ def up(
     from tpuctl.jobs.up import Babysitter, run_lease, up_options
 
     app = app_context()
+    overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
     spec = load_spec_warned(app, spec_path, overrides, creating=True)
     if spec.job is None:
         raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
@@ -188,7 +197,8 @@ def up(
         preflight(app, spec, location, api, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
     resume = up_command(spec_path, overrides, project, zone)
-    options = up_options(spec, resume_hint=resume, **tuning)
+    run_zones = (location.zone,) if zone else spec.zones or (location.zone,)
+    options = up_options(spec, resume_hint=resume, zones=run_zones, **tuning)
     with interrupts() as stop_flag:
         babysitter = Babysitter(
             spec,

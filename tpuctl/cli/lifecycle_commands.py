@@ -15,12 +15,15 @@ from tpuctl.cli.options import (
     app_context,
     dry_run_option,
     impersonate_option,
+    one_of_zone_zones,
     output_option,
     project_zone_options,
+    run_zones_option,
     set_option,
     spec_argument,
     ssh_settings,
     target_argument,
+    with_zones,
     worker_ssh_options,
     yes_option,
     zones_options,
@@ -110,6 +113,7 @@ def _wait_options(spec: Spec | None, **flags: Any) -> WaitOptions:
 @spec_argument
 @set_option
 @project_zone_options
+@run_zones_option
 @impersonate_option
 @click.option("--wait", "wait_after", is_flag=True, default=False, help="Then wait (see wait).")
 @wait_options
@@ -122,6 +126,7 @@ def create(
     overrides: tuple[str, ...],
     project: str | None,
     zone: str | None,
+    zones: str | None,
     impersonate: str | None,
     wait_after: bool,
     no_preflight: bool,
@@ -131,8 +136,10 @@ def create(
     """Create the queued resource SPEC describes; succeed if it already exists from this spec.
 
     A same-named queued resource from a different spec is an error listing what differs.
-    With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling).
-    First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
+    With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling);
+    with several zones (capacity.zones or --zones) it queues in them as capacity.zone_policy
+    says, as `up` does, and says which zone it ended up in. Without --wait only the first zone
+    is used. First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
     blocking one is exit 2 with its fix.
     """
     from tpuctl.cloud import lifecycle
@@ -140,8 +147,10 @@ def create(
     from tpuctl.jobs.provision import create_request
 
     app = app_context()
+    overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
     spec = load_spec_warned(app, spec_path, overrides, creating=True)
     location = resolve_location_for(project, zone, spec)
+    run_zones = (location.zone,) if zone else spec.zones or (location.zone,)
     request = create_request(spec, location)
     if dry_run:
         from tpuctl.render.request import request_as_dict
@@ -155,13 +164,22 @@ def create(
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     options = _wait_options(spec, **waiting)
-    if wait_after:
+    if len(run_zones) > 1 or spec.claims_zone:
+        from tpuctl.jobs.provision import create_in_zones
+
+        with WaitProgress(app, spec.name).shown() as progress:
+            result = create_in_zones(
+                api, spec, run_zones, options, say=app.info, on_event=progress, wait=wait_after
+            )
+    elif wait_after:
         with WaitProgress(app, spec.name).shown() as progress:
             result = lifecycle.create_and_wait(api, request, options, on_event=progress)
     else:
         result = lifecycle.create(api, request, delete_on_interrupt=options.delete_on_interrupt)
-    state = result.queued_resource.state if result.queued_resource else "?"
-    app.info(f"{'created' if result.action == 'created' else 'exists:'} {spec.name} ({state})")
+    result.zone = result.zone or location.zone
+    state = f" ({result.queued_resource.state})" if result.queued_resource else ""
+    where = f" in {result.zone}" if len(run_zones) > 1 else ""
+    app.info(f"{'created' if result.action == 'created' else 'exists:'} {spec.name}{where}{state}")
     if spec.job is not None and spec.job.code and not spec.job.code.startswith("gs://"):
         app.info(
             f"note: job.code {spec.job.code} is local, so the job starts once it is delivered: "

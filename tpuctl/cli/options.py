@@ -105,6 +105,36 @@ def zones_options(func: F) -> F:
     )(func)
 
 
+def run_zones_option(func: F) -> F:
+    """`--zones Z1,Z2` for the commands that bring a queued resource up (create, up)."""
+    return click.option(
+        "--zones",
+        default=None,
+        metavar="Z1,Z2",
+        help="Queue in these zones (comma-separated, in order of preference) instead of the "
+        "spec's zone or capacity.zones, tried as capacity.zone_policy says.",
+    )(func)
+
+
+def one_of_zone_zones(zone: str | None, zones: str | None) -> str | None:
+    """`--zones`, refused beside `--zone` (one zone or several, not both)."""
+    if zone is not None and zones is not None:
+        from tpuctl.errors import UsageError
+
+        raise UsageError("--zone and --zones exclude one another", hint="pass only one of them")
+    return zones
+
+
+def with_zones(overrides: tuple[str, ...], zones: str | None) -> tuple[str, ...]:
+    """`--zones a,b` as the override it stands for (`capacity.zones=[a, b]`, which replaces
+    the spec's zone)."""
+    if zones is None:
+        return overrides
+    from tpuctl.cloud.zones import parse_zones
+
+    return (*overrides, f"capacity.zones=[{', '.join(parse_zones(zones))}]")
+
+
 def yes_option(func: F) -> F:
     return click.option(
         "--yes", "-y", is_flag=True, default=False, help="Do not ask for confirmation."

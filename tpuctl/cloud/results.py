@@ -54,6 +54,7 @@ class CreateResult(Result):
     queued_resource: QueuedResourceStatus | None = None
     request: dict[str, Any] | None = None
     wait: WaitResult | None = None
+    zone: str | None = None  # with several zones to try: the one it was made (or found) in
 
 
 @dataclass

@@ -146,7 +146,7 @@ class Babysitter:
         spec: Spec,
         qr: QueuedResourceOps,
         *,
-        fleet_factory: Callable[[], Fleet],
+        fleet_factory: Callable[..., Fleet],  # (zone=…) → the workers there
         jobs: JobOps | None = None,
         record: JobRecord | None = None,
         journal: JournalLike | None = None,
@@ -190,7 +190,7 @@ class Babysitter:
     @property
     def fleet(self) -> Fleet:
         if self._fleet is None:
-            self._fleet = self.fleet_factory()
+            self._fleet = self.fleet_factory(zone=self.qr.zone)
         return self._fleet
 
     def forget_fleet(self) -> None:

@@ -40,12 +40,21 @@ def apply_override(document: Document, override: str, environ: Mapping[str, str]
             )
         node = child
     node[parts[-1]] = value
+    if dotted == "capacity.zones":  # the zones replace the spec's one zone
+        _drop(document, "zone")
     stale = [key for key in document.values if key.startswith((dotted + ".", dotted + "["))]
     for key in stale:
         document.values.pop(key, None)
         document.keys.pop(key, None)
     document.keys[dotted] = where
     _record(document, value, dotted, where)
+
+
+def _drop(document: Document, key: str) -> None:
+    document.data.pop(key, None)
+    for path in [path for path in document.values if path == key]:
+        document.values.pop(path, None)
+        document.keys.pop(path, None)
 
 
 def _record(document: Document, value: Any, path: str, where: SourceLocation) -> None:
