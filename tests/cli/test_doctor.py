@@ -144,6 +144,30 @@ def test_a_bucket_in_another_region_blocks(project: Project, gcs_bucket: str) ->
     assert outcome.stderr.startswith("error: bucket-region: ")
 
 
+def test_every_zone_a_run_may_queue_in_is_checked(project: Project, gcs_bucket: str) -> None:
+    spec = write(project, checkpoint={"dir": f"gs://{gcs_bucket}/runs"})
+    text = spec.read_text(encoding="utf-8").replace(f"zone: {ZONE}\n", "")
+    zoned = text.replace("capacity:\n", "capacity:\n  zones: [us-central1-a, us-central2-b]\n")
+    spec.write_text(zoned, encoding="utf-8")
+    outcome = doctor(project, spec, env={"TPUCTL_ZONE": "us-central1-a"})
+    assert outcome.exit_code == 2
+    checks = outcome.json()["checks"]
+    offered = [item["message"] for item in checks if item["name"] == "accelerator"]
+    assert [message.split(" (")[0] for message in offered] == [
+        "v4-8 is offered in us-central1-a",
+        "v4-8 is offered in us-central2-b",
+    ]
+    regions = [(item["ok"], item["message"]) for item in checks if item["name"] == "bucket-region"]
+    assert regions == [
+        (True, f"gs://{gcs_bucket} is in US-CENTRAL1, with the slices in us-central1-a"),
+        (
+            False,
+            f"gs://{gcs_bucket} is in US-CENTRAL1, the slices in us-central2-b in us-central2: "
+            "every save and restore would cross regions",
+        ),
+    ]
+
+
 def test_a_bucket_the_service_account_cannot_write_blocks(
     project: Project, gcs: tuple[GcsFake, str]
 ) -> None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from tpuctl.cloud.client import TpuApi, load_credentials
@@ -174,14 +174,16 @@ def _remote_checks(inputs: Inputs, preflight: bool) -> list[Check]:
         def project_number() -> str | None:
             return service.result()[1]
 
-        groups: list[Future[list[Check]]] = [
-            pool.submit(_guarded, "accelerator", accelerator_check, inputs),
-            pool.submit(_guarded, "runtime", runtime_checks, inputs),
-            pool.submit(_guarded, "reservation", reservation_checks, inputs),
-        ]
-        if not preflight:
-            groups.append(pool.submit(_guarded, "quota", quota_check, inputs))
-        groups.append(pool.submit(_guarded, "bucket", bucket_checks, inputs, project_number))
+        groups: list[Future[list[Check]]] = []
+        every_zone = zone_inputs(inputs)
+        for where in every_zone:
+            groups.append(pool.submit(_guarded, "accelerator", accelerator_check, where))
+            groups.append(pool.submit(_guarded, "runtime", runtime_checks, where))
+            groups.append(pool.submit(_guarded, "reservation", reservation_checks, where))
+            if not preflight:
+                groups.append(pool.submit(_guarded, "quota", quota_check, where))
+        zones = [where.zone for where in every_zone]
+        groups.append(pool.submit(_guarded, "bucket", bucket_checks, inputs, project_number, zones))
         if not preflight:
             groups.append(pool.submit(_guarded, "ssh", ssh_check, inputs))
             groups.append(pool.submit(_guarded, "firewall", firewall_check, inputs))
@@ -189,6 +191,22 @@ def _remote_checks(inputs: Inputs, preflight: bool) -> list[Check]:
         for group in groups:
             checks.extend(group.result())
     return checks
+
+
+def zone_inputs(inputs: Inputs) -> list[Inputs]:
+    """The inputs of every zone the run may queue in (capacity.zones, when the zone asked
+    about is one of them), each zone's checks asking that zone."""
+    zones = inputs.spec.zones if inputs.zone in inputs.spec.zones else (inputs.zone,)
+    return [
+        inputs
+        if zone == inputs.zone
+        else replace(
+            inputs,
+            location=replace(inputs.location, zone=zone),
+            api=inputs.api.in_zone(zone),
+        )
+        for zone in zones
+    ]
 
 
 def _guarded(name: str, check: Callable[..., list[Check]], *args: Any) -> list[Check]:
@@ -451,8 +469,11 @@ def service_account_of(spec: Spec, project_number: str | None) -> str | None:
     return None
 
 
-def bucket_checks(inputs: Inputs, project_number: Callable[[], str | None]) -> list[Check]:
-    """The checkpoint bucket exists, is in the slices' region, and the VMs can write to it."""
+def bucket_checks(
+    inputs: Inputs, project_number: Callable[[], str | None], zones: Sequence[str] = ()
+) -> list[Check]:
+    """The checkpoint bucket exists, is in the slices' region (in each of `zones`, else the
+    zone asked about), and the VMs can write to it."""
     from tpuctl.storage.gcs import bucket_metadata
     from tpuctl.worker import checkpoint_root
 
@@ -477,27 +498,31 @@ def bucket_checks(inputs: Inputs, project_number: Callable[[], str | None]) -> l
             ]
         return [warned("bucket", f"cannot read {bucket}: {error.message}", error.hint)]
     checks = [passed("bucket", f"{bucket} exists")]
-    placement = judge_bucket(
-        bucket,
-        inputs.zone,
-        location=location,
-        location_type=location_type,
-        data_locations=data_locations,
-    )
-    if placement.ok:
-        checks.append(passed("bucket-region", f"{bucket} is in {location}, with the slices"))
-    else:
-        checks.append(
-            blocked(
-                "bucket-region",
-                f"{bucket} is in {location}, the slices in {placement.region}: every save and "
-                "restore would cross regions",
-                f"use a bucket in {placement.region} (gcloud storage buckets create gs://NAME "
-                f"--location {placement.region})",
-            )
+    for zone in zones or (inputs.zone,):
+        placement = judge_bucket(
+            bucket,
+            zone,
+            location=location,
+            location_type=location_type,
+            data_locations=data_locations,
         )
+        where = f" in {zone}" if len(zones) > 1 else ""
+        checks.append(_placement_check(bucket, location, placement, where))
     checks.append(_write_check(inputs, name, project_number()))
     return checks
+
+
+def _placement_check(bucket: str, location: str | None, placement: Any, where: str) -> Check:
+    """`where`: " in ZONE" when the run may queue in several zones."""
+    if placement.ok:
+        return passed("bucket-region", f"{bucket} is in {location}, with the slices{where}")
+    return blocked(
+        "bucket-region",
+        f"{bucket} is in {location}, the slices{where} in {placement.region}: every save and "
+        "restore would cross regions",
+        f"use a bucket in {placement.region} (gcloud storage buckets create gs://NAME "
+        f"--location {placement.region})",
+    )
 
 
 def _write_check(inputs: Inputs, name: str, project_number: str | None) -> Check:
@@ -565,10 +590,11 @@ def ssh_check(inputs: Inputs) -> list[Check]:
     """How SSH will authenticate: OS Login when node or project metadata turns it on (the
     node's own value wins), else keys in the node's ssh-keys metadata."""
     from tpuctl.cloud.compute_rest import COMPUTE_ENV, ComputeError, project_metadata
+    from tpuctl.cloud.oslogin import OS_LOGIN, flag
 
-    node = inputs.spec.tpu.metadata.get("enable-oslogin")
+    node = flag(inputs.spec.tpu.metadata.get(OS_LOGIN))
     if node is not None:
-        return [_ssh_line(_truthy(node), "the spec's tpu.metadata")]
+        return [_ssh_line(node, "the spec's tpu.metadata")]
     if not _compute_reachable(inputs):
         return [_ssh_line(False, f"the emulator without {COMPUTE_ENV}: project metadata unread")]
     try:
@@ -582,12 +608,10 @@ def ssh_check(inputs: Inputs) -> list[Check]:
                 "grant compute.projects.get (roles/compute.viewer) to check it",
             )
         ]
-    value = project.get("enable-oslogin")
-    return [_ssh_line(_truthy(value), "project metadata" if value else "no enable-oslogin set")]
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1", "yes", "y")
+    value = flag(project.get(OS_LOGIN))
+    return [
+        _ssh_line(bool(value), "project metadata" if value is not None else "no enable-oslogin set")
+    ]
 
 
 def _ssh_line(os_login: bool, source: str) -> Check:
