@@ -38,12 +38,13 @@ class Job:
     up_process: subprocess.Popen[str] | None = None
     up_log: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    environ: dict[str, str] = field(default_factory=dict)  # for every tpuctl it runs
 
     # -------------------------------------------------------------- tpuctl
 
     @property
     def env(self) -> dict[str, str]:
-        return self.project.env
+        return {**self.project.env, **self.environ}
 
     @property
     def state_dir(self) -> Path:
@@ -51,13 +52,13 @@ class Job:
 
     def cli(self, *args: str) -> Outcome:
         """tpuctl in-process through main.run's error boundary."""
-        return self.project.cli(*args)
+        return self.project.cli(*args, env=self.environ)
 
     def cli_env(self, env: Mapping[str, str], *args: str) -> Outcome:
         return invoke(args, dict(env))
 
     def child_env(self) -> dict[str, str]:
-        return self.project.child_env()
+        return self.project.child_env(self.environ)
 
     def start_up(self, *extra: str) -> subprocess.Popen[str]:
         """`tpuctl up SPEC` as a real process (stdout and stderr to one log file)."""

@@ -80,6 +80,7 @@ class Emulator:
             self.ssh_port = plane.ssh_port
             identity = self._identity_factory or _real_identity()
             self._cloud = CloudTpu(config, plane, self._events, clock, identity)
+            self._cloud.project_metadata = self.access.project_metadata
             self.faults = ApiFaults(self._events)
             server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),

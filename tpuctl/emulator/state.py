@@ -62,6 +62,10 @@ def _location(project: str, zone: str) -> locations_pb2.Location:
     return locations_pb2.Location(name=f"projects/{project}/locations/{zone}", location_id=zone)
 
 
+# Metadata that turns guest attributes off: the guest agent then publishes no host keys.
+GUEST_ATTRIBUTES = "enable-guest-attributes"
+
+
 class CloudTpu:
     """Everything behind the Tpu and Operations services, plus the admin faults."""
 
@@ -76,6 +80,8 @@ class CloudTpu:
         self.config = config
         self._rt = Runtime(config, plane, events, clock, identity_factory)
         self.reservations = catalog.Reservations()
+        # A project's common instance metadata (the server's Access sets this).
+        self.project_metadata: Callable[[str], dict[str, str]] = lambda _project: {}
 
     # ----------------------------------------------------------------- queued resources
     def create_queued_resource(
@@ -257,6 +263,12 @@ class CloudTpu:
             workers = list(node.workers)
             count = node.accelerator.vms
             unpublished = set(node.unpublished_host_keys)
+            setting = node.metadata.get(GUEST_ATTRIBUTES)
+        if setting is None:  # the node's own value wins, as for every metadata key
+            project = name.split("/")[1]
+            setting = self.project_metadata(project).get(GUEST_ATTRIBUTES)
+        if (setting or "").strip().upper() in ("FALSE", "0", "NO"):
+            unpublished = set(range(count))  # the guest agent may write no guest attributes
         selected = worker_indexes(worker_ids, count, allow_all=True)
         host_keys = {w.worker: w.host_key for w in workers if w.worker not in unpublished}
         return guest_attributes(query_path, [host_keys.get(index) for index in selected])
