@@ -1,8 +1,13 @@
 """Views of a fan-out result: one row per worker (or, above SUMMARY_THRESHOLD workers, only the
-ones that were not ok and one line for the rest), the operation's own columns, a summary."""
+ones that stand out and one line for the rest), the operation's own columns, a summary.
+
+What stands out: for commands, a worker that was not ok; for ps and the job probes, a worker
+whose state is not the one most workers share (1,020 `running` are one line; the 4 that
+`exited 1` and the one UNREACHABLE are rows)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -135,8 +140,8 @@ PROBES: dict[str, tuple[tuple[Column, ...], Detail]] = {
 
 
 def fanout_view(result: FanoutResult, style: Style) -> str:
-    shown = _rows_to_show(result.results, style)
     probe = PROBES.get(result.operation)
+    shown, rest = _rows_to_show(result.results, style, probe is not None)
     if probe is not None:
         middle, fill = probe
         columns: tuple[Column, ...] = (*PROBE_HEAD, *middle, *PROBE_TAIL)
@@ -158,7 +163,7 @@ def fanout_view(result: FanoutResult, style: Style) -> str:
     text = render(columns, rows, width=style.width, wide=style.wide) if rows else ""
     hidden = len(result.results) - len(shown)
     if hidden:
-        text += f"… {hidden} more workers ok (--all-rows shows every row)\n"
+        text += f"… {hidden} more workers {rest} (--all-rows shows every row)\n"
     return text + summary_line(result) + "\n"
 
 
@@ -167,10 +172,32 @@ def _where(worker: WorkerResult) -> list[object]:
     return [target.label, target.node_id, target.address]
 
 
-def _rows_to_show(workers: Sequence[WorkerResult], style: Style) -> Sequence[WorkerResult]:
+def _rows_to_show(
+    workers: Sequence[WorkerResult], style: Style, probe: bool
+) -> tuple[Sequence[WorkerResult], str]:
+    """The rows to draw, and what the rest (summarised in one line) have in common."""
     if style.all_rows or len(workers) <= SUMMARY_THRESHOLD:
-        return workers
-    return [worker for worker in workers if not worker.ok]
+        return workers, ""
+    if not probe:
+        return [worker for worker in workers if not worker.ok], "ok"
+    states = [(_probe_state(worker) if worker.ok else None) for worker in workers]
+    common = Counter(state for state in states if state is not None).most_common(1)
+    if not common:
+        return workers, ""
+    usual = common[0][0]
+    return [w for state, w in zip(states, workers, strict=True) if state != usual], usual
+
+
+def _probe_state(worker: WorkerResult) -> str:
+    """What a probe found on a worker, in a word (a run's or a job's state)."""
+    detail = worker.detail
+    if isinstance(detail, RunState):
+        return detail.describe()
+    state = getattr(detail, "state", None)
+    if state is None:
+        return MISSING
+    exit_code = getattr(detail, "exit_code", None)
+    return f"{state} {exit_code}" if state == "exited" and exit_code is not None else str(state)
 
 
 def _note(worker: WorkerResult) -> str:
