@@ -45,7 +45,10 @@ from tpuctl.cloud.watcher import TARGETS
 from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
+    from tpuctl.cli.context import AppContext
+    from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.lifecycle import WaitOptions
+    from tpuctl.cloud.results import CreateResult
     from tpuctl.spec.model import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,7 +145,6 @@ def create(
     is used. First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
     blocking one is exit 2 with its fix.
     """
-    from tpuctl.cloud import lifecycle
     from tpuctl.cloud.results import CreateResult
     from tpuctl.jobs.provision import create_request
 
@@ -164,18 +166,7 @@ def create(
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     options = _wait_options(spec, **waiting)
-    if len(run_zones) > 1 or spec.claims_zone:
-        from tpuctl.jobs.provision import create_in_zones
-
-        with WaitProgress(app, spec.name).shown() as progress:
-            result = create_in_zones(
-                api, spec, run_zones, options, say=app.info, on_event=progress, wait=wait_after
-            )
-    elif wait_after:
-        with WaitProgress(app, spec.name).shown() as progress:
-            result = lifecycle.create_and_wait(api, request, options, on_event=progress)
-    else:
-        result = lifecycle.create(api, request, delete_on_interrupt=options.delete_on_interrupt)
+    result = _create(app, api, spec, request, zones=run_zones, options=options, wait=wait_after)
     result.zone = result.zone or location.zone
     state = f" ({result.queued_resource.state})" if result.queued_resource else ""
     where = f" in {result.zone}" if len(run_zones) > 1 else ""
@@ -187,6 +178,32 @@ def create(
             "babysits the job)"
         )
     emit(result, views.create_view)
+
+
+def _create(
+    app: AppContext,
+    api: TpuApi,
+    spec: Spec,
+    request: Any,
+    *,
+    zones: tuple[str, ...],
+    options: WaitOptions,
+    wait: bool,
+) -> CreateResult:
+    """Create (and with `wait` wait for) the queued resource, across `zones` when several."""
+    from tpuctl.cloud import lifecycle
+
+    if len(zones) > 1 or spec.claims_zone:
+        from tpuctl.jobs.provision import create_in_zones
+
+        with WaitProgress(app, spec.name).shown() as progress:
+            return create_in_zones(
+                api, spec, zones, options, say=app.info, on_event=progress, wait=wait
+            )
+    if wait:
+        with WaitProgress(app, spec.name).shown() as progress:
+            return lifecycle.create_and_wait(api, request, options, on_event=progress)
+    return lifecycle.create(api, request, delete_on_interrupt=options.delete_on_interrupt)
 
 
 @click.command()
