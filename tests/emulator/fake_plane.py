@@ -21,6 +21,7 @@ class FakeIdentity:
     preemptible: bool
     autocheckpoint: bool
     topology: str
+    external_ips: bool = True
 
 
 @dataclass(frozen=True)

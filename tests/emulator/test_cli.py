@@ -134,7 +134,9 @@ def test_hostkey_fault_command(
         args = ["emulator", "hostkey-fault", node_name, "--worker", "0", "--mode", "missing"]
         code, out, _ = _run([*args, "--format", "json"], capsys)
         assert code == 0 and json.loads(out)["published"] is False
-        response = client.get_guest_attributes(request={"name": node_name})
+        response = client.get_guest_attributes(
+            request={"name": node_name, "query_path": "hostkeys/"}
+        )
         assert not response.guest_attributes[0].query_value.items
         code, out, _ = _run([*args[:-1], "none"], capsys)
         assert code == 0 and re.search(r"^published:\s+True$", out, re.MULTILINE)

@@ -428,7 +428,9 @@ def test_hostkey_faults_unpublish_rotate_and_publish_again(
     ips = [e.ip_address for e in client.get_node(name=node_name).network_endpoints]
 
     def published() -> list[list[str]]:
-        response = client.get_guest_attributes(request={"name": node_name})
+        response = client.get_guest_attributes(
+            request={"name": node_name, "query_path": "hostkeys/"}
+        )
         return [[item.value for item in g.query_value.items] for g in response.guest_attributes]
 
     def served(worker: int) -> str:

@@ -179,6 +179,7 @@ def _plane_create(rt: Runtime, node: NodeRecord, coordinator: str | None) -> Non
         preemptible=node.preemptible,
         autocheckpoint=bool(node.template.autocheckpoint_enabled),
         topology=node.accelerator.topology,
+        external_ips=bool(node.template.network_config.enable_external_ips),
     )
     workers = list(rt.plane.create_node(identity, metadata, coordinator=coordinator))
     with rt.lock:

@@ -46,10 +46,15 @@ def project_number(project: str) -> str:
     return str(100_000_000_000 + digest % 900_000_000_000)
 
 
+def instance_name(node_name: str, worker: int) -> str:
+    """A TPU VM's instance (and host) name, like t1v-n-<8 hex>-w-<worker>: what the node's
+    `hostname` guest attribute publishes and `gcloud compute start-iap-tunnel` takes."""
+    tag = hashlib.sha256(node_name.encode()).hexdigest()[:8]
+    return f"t1v-n-{tag}-w-{worker}"
+
+
 def hostname(view: WorkerView) -> str:
-    """TPU VM host names look like t1v-n-<8 hex>-w-<worker>."""
-    tag = hashlib.sha256(view.node_name.encode()).hexdigest()[:8]
-    return f"t1v-n-{tag}-w-{view.worker}"
+    return instance_name(view.node_name, view.worker)
 
 
 def tpu_env(view: WorkerView) -> str:

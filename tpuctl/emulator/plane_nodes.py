@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tpuctl.emulator import firewall, vm
 from tpuctl.emulator import metadata as metadata_server
-from tpuctl.emulator import vm
 from tpuctl.emulator.access import Access
 from tpuctl.topology import AcceleratorError, parse_accelerator
 
@@ -41,6 +41,9 @@ class NodeIdentity:
     preemptible: bool
     autocheckpoint: bool
     topology: str
+    # network_config.enable_external_ips: without them, a firewall (firewall.py) admits SSH
+    # only from IAP's range and from the emulator's own workers.
+    external_ips: bool = True
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ class PlaneWorker:
         home = self.vm_root / "home" / user
         home.mkdir(parents=True, exist_ok=True)
         return home, self.process_env(user, home)
+
+    @property
+    def firewalled(self) -> bool:
+        return not self.node.identity.external_ips
+
+    def admits(self, source: str) -> bool:
+        """No external IP: SSH only from IAP's range or from a worker (the same VPC)."""
+        if not self.firewalled or firewall.from_iap(source):
+            return True
+        return self.plane.is_worker_ip(source)
 
     def metadata_tree(self) -> metadata_server.MetadataTree:
         version, node = self.node.version, self.node

@@ -17,6 +17,7 @@ from tpuctl.emulator.records import (
 )
 
 TPU_RUNTIME_PORT = 8470  # NetworkEndpoint.port on Cloud TPU
+HOSTNAME_KEY = "hostname"  # the guest attribute naming a worker's VM instance (for IAP)
 # The QueuedResourceState oneof member each state sets (FAILED carries its error instead).
 _STATE_DATA = {
     QrState.CREATING: "creating_data",
@@ -115,13 +116,22 @@ def _network_config(node: NodeRecord, network: cloud_tpu.NetworkConfig) -> cloud
 
 
 def guest_attributes(
-    query_path: str, host_keys: list[str | None]
+    query_path: str,
+    host_keys: list[str | None],
+    hostnames: list[str | None] | None = None,
 ) -> cloud_tpu.GetGuestAttributesResponse:
-    """The `hostkeys/<algorithm>` guest attributes of the selected workers, in order; None
-    stands for a worker with no host key yet. A query path selects a namespace and key."""
+    """The guest attributes of the selected workers, in order: `hostkeys/<algorithm>` (None
+    stands for a worker with no host key yet) and `hostname`, the VM's instance name that
+    `gcloud compute start-iap-tunnel` takes (None: not published). A query path selects a
+    namespace and key.
+
+    Cloud TPU's namespace for `hostname` is not documented (gcloud looks for the key in a full
+    listing, whatever its namespace): the emulator publishes it with none, in a full listing
+    or for the query path `hostname`.
+    """
     namespace, _, key = query_path.strip("/").partition("/")
     result = []
-    for host_key in host_keys:
+    for index, host_key in enumerate(host_keys):
         items = []
         if host_key:
             algorithm, _, blob = host_key.partition(" ")
@@ -130,6 +140,9 @@ def guest_attributes(
                 items.append(
                     cloud_tpu.GuestAttributesEntry(namespace="hostkeys", key=algorithm, value=blob)
                 )
+        hostname = hostnames[index] if hostnames is not None else None
+        if hostname and namespace in ("", HOSTNAME_KEY) and not key:
+            items.append(cloud_tpu.GuestAttributesEntry(key=HOSTNAME_KEY, value=hostname))
         result.append(
             cloud_tpu.GuestAttributes(
                 query_path=query_path,

@@ -1,4 +1,6 @@
-"""The in-process SSH server of one emulated worker (asyncssh), with its hang and refuse faults.
+"""The in-process SSH server of one emulated worker (asyncssh), with its hang and refuse faults,
+the firewall of a worker without an external IP (firewall.py), and TCP forwarding from the
+worker's own address (a bastion, `ssh -J`).
 
 Sessions (sshd_asyncssh_session.py) run real processes; a thousand workers share one event
 loop and cost no threads."""
@@ -6,12 +8,16 @@ loop and cost no threads."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import asyncssh
+from asyncssh.forward import SSHForwarder
 
-from tpuctl.emulator import vm
+from tpuctl.emulator import firewall, vm
 from tpuctl.emulator.sshd import valid_user
 from tpuctl.emulator.sshd_asyncssh_session import WorkerSession
 
@@ -45,6 +51,15 @@ class SessionHost(Protocol):
         """The user's home (created if missing) and the base environment of a session."""
         ...
 
+    @property
+    def firewalled(self) -> bool:
+        """Whether SSH is admitted only from some sources (a node with no external IP)."""
+        ...
+
+    def admits(self, source: str) -> bool:
+        """Whether the firewall lets a connection from `source` reach this worker's SSH."""
+        ...
+
 
 class _WorkerServer(asyncssh.SSHServer):
     def __init__(self, endpoint: AsyncSshEndpoint) -> None:
@@ -71,8 +86,29 @@ class _WorkerServer(asyncssh.SSHServer):
 
     def connection_requested(
         self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
-    ) -> bool:
-        return True  # local port forwarding, allowed by a default sshd (TensorBoard tunnels)
+    ) -> Awaitable[asyncssh.SSHTCPSession[bytes]]:
+        # Local port forwarding (TensorBoard tunnels, `ssh -J`), allowed by a default sshd.
+        # It leaves from this worker's own address, as it would leave this VM, so another
+        # worker's firewall sees a neighbour in the VPC.
+        forwarding = _forward_from(self._endpoint.ip, dest_host, dest_port)
+        return cast("Awaitable[asyncssh.SSHTCPSession[bytes]]", forwarding)
+
+
+async def _forward_from(source: str, dest_host: str, dest_port: int) -> SSHForwarder:
+    """asyncssh's forward_connection, connecting from `source` when the destination is on
+    loopback (where every emulated worker is)."""
+    local = None
+    try:
+        if ipaddress.ip_address(dest_host).is_loopback:
+            local = (source, 0)
+    except ValueError:
+        pass  # a host name: the kernel picks the source
+    loop = asyncio.get_running_loop()
+    try:
+        _, peer = await loop.create_connection(SSHForwarder, dest_host, dest_port, local_addr=local)
+    except OSError as error:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(error)) from None
+    return SSHForwarder(peer)
 
 
 class _SilentProtocol(asyncio.Protocol):
@@ -123,12 +159,24 @@ class AsyncSshEndpoint:
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.sessions: set[WorkerSession] = set()
         self.silent: set[asyncio.BaseTransport] = set()
+        self._dropping: set[asyncio.Task[object]] = set()
 
     @property
     def hung(self) -> bool:
         return self.fault == "hang"
 
     async def start(self) -> None:
+        if self.host.firewalled:
+            # Connections the firewall refuses never reach asyncssh: see firewall.py.
+            sock = firewall.listener(self.ip, self.port, self.host.admits, self._drop)
+            self._acceptor = await asyncssh.listen(
+                sock=sock,
+                options=self._options,
+                config=None,
+                server_host_keys=[self._host_key],
+                server_factory=lambda: _WorkerServer(self),
+            )
+            return
         self._acceptor = await asyncssh.listen(
             self.ip,
             self.port,
@@ -138,6 +186,16 @@ class AsyncSshEndpoint:
             server_factory=lambda: _WorkerServer(self),
             reuse_address=True,
         )
+
+    def _drop(self, connection: socket.socket) -> None:
+        """A connection the firewall refused: held open and silent until the client leaves."""
+        connection.setblocking(False)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
+            loop.connect_accepted_socket(lambda: _SilentProtocol(self), connection)
+        )
+        self._dropping.add(task)
+        task.add_done_callback(self._dropping.discard)
 
     async def _stop_listening(self) -> None:
         if self._acceptor is not None:

@@ -21,6 +21,7 @@ from tpuctl.emulator import catalog, faults, flows
 from tpuctl.emulator.clock import Clock
 from tpuctl.emulator.config import EmulatorConfig
 from tpuctl.emulator.events import EventLog
+from tpuctl.emulator.metadata import instance_name
 from tpuctl.emulator.names import parent_matches, parse_parent, parse_project, worker_indexes
 from tpuctl.emulator.plane import WorkerPlaneAPI
 from tpuctl.emulator.protos import (
@@ -264,14 +265,18 @@ class CloudTpu:
             count = node.accelerator.vms
             unpublished = set(node.unpublished_host_keys)
             setting = node.metadata.get(GUEST_ATTRIBUTES)
+            node_name = node.name
         if setting is None:  # the node's own value wins, as for every metadata key
             project = name.split("/")[1]
             setting = self.project_metadata(project).get(GUEST_ATTRIBUTES)
-        if (setting or "").strip().upper() in ("FALSE", "0", "NO"):
+        disabled = (setting or "").strip().upper() in ("FALSE", "0", "NO")
+        if disabled:
             unpublished = set(range(count))  # the guest agent may write no guest attributes
         selected = worker_indexes(worker_ids, count, allow_all=True)
         host_keys = {w.worker: w.host_key for w in workers if w.worker not in unpublished}
-        return guest_attributes(query_path, [host_keys.get(index) for index in selected])
+        # The instance name IAP tunnels take (a missing host key leaves it published).
+        hostnames = [None if disabled else instance_name(node_name, index) for index in selected]
+        return guest_attributes(query_path, [host_keys.get(index) for index in selected], hostnames)
 
     def simulate_maintenance_event(
         self, name: str, worker_ids: list[str]

@@ -23,7 +23,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuctl.emulator import vm
+from tpuctl.emulator import firewall, vm
 from tpuctl.emulator.access import Access
 from tpuctl.emulator.plane_nodes import (
     NodeIdentity,
@@ -71,8 +71,9 @@ class WorkerPlane:
         self.instance_id = uuid.uuid4().hex
         self._requested_ssh_port = ssh_port
         # Second octet chosen per instance, so two emulators (or test runs) rarely share IPs;
-        # never 0, so never 127.0.0.1.
-        self._octet = random.SystemRandom().randint(16, 239)
+        # never 0, so never 127.0.0.1, and never the emulated IAP range's (firewall.py).
+        octets = [octet for octet in range(16, 240) if octet != firewall.RESERVED_OCTET]
+        self._octet = random.SystemRandom().choice(octets)
         self._next_host = 1  # host 0 (127.a.0.1) holds the port reservations
         self._lock = threading.Lock()
         self._nodes: dict[str, PlaneNode] = {}
@@ -337,6 +338,8 @@ class WorkerPlane:
     def _ip_for(self, host: int) -> str:
         # 254 hosts per third octet (.1-.254), moving to the next second octet when full.
         octet2 = self._octet + host // (256 * 254)
+        if self._octet < firewall.RESERVED_OCTET <= octet2:
+            octet2 += 1  # 127.235.x.x holds the emulated IAP range
         if octet2 > 254:
             raise RuntimeError("the emulator ran out of loopback addresses")
         rest = host % (256 * 254)
@@ -347,6 +350,12 @@ class WorkerPlane:
             host = self._next_host
             self._next_host += 1
         return self._ip_for(host)
+
+    def is_worker_ip(self, address: str) -> bool:
+        """Whether `address` is one of this emulator's workers (the firewall's "same VPC")."""
+        with self._lock:
+            nodes = list(self._nodes.values())
+        return any(worker.ip == address for node in nodes for worker in node.workers)
 
     def _require_started(self) -> None:
         if self._loop is None:
