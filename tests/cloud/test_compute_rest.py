@@ -76,7 +76,7 @@ def test_the_firewall_check_off_the_emulator() -> None:
         [found] = firewall_check(_inputs(env))
         assert (found.ok, found.severity) == (True, "warning")
         assert found.message.startswith("tcp:22 on default open by office from 203.0.113.0/24")
-        assert "35.235.240.0/20 not admitted (tpuctl does not tunnel through IAP)" in found.message
+        assert "35.235.240.0/20 not admitted (--tunnel-through-iap cannot get in)" in found.message
         [closed] = firewall_check(_inputs(env, network="train"))
         assert (closed.ok, closed.severity) == (False, "warning")
         assert closed.fix is not None and "--network train" in closed.fix

@@ -206,7 +206,29 @@ def worker_ssh_options(func: F) -> F:
         click.option(
             "--ssh-port", type=int, default=None, help="SSH port (else TPUCTL_SSH_PORT, else 22)."
         ),
-        click.option("--internal-ip", is_flag=True, default=False, help="Connect to internal IPs."),
+        click.option(
+            "--internal-ip",
+            is_flag=True,
+            default=False,
+            help="Connect to the workers' internal IPs (from inside their VPC). Workers with no "
+            "external IP are always reached at their internal ones.",
+        ),
+        click.option(
+            "--tunnel-through-iap",
+            is_flag=True,
+            default=False,
+            help="Reach each worker through its own `gcloud compute start-iap-tunnel` (gcloud "
+            "from TPUCTL_GCLOUD, else PATH), for workers with no external IP; a firewall rule "
+            "must admit 35.235.240.0/20 on tcp:22.",
+        ),
+        click.option(
+            "--proxy-jump",
+            metavar="[USER@]HOST[:PORT]",
+            default=None,
+            help="Reach the workers' internal IPs through this bastion (one SSH connection to "
+            "it, as ssh -J); its host key is checked against ~/.ssh/known_hosts and tpuctl's "
+            "known hosts. USER defaults to the workers' login user.",
+        ),
         click.option(
             "--user",
             default=None,
@@ -225,7 +247,15 @@ def worker_ssh_options(func: F) -> F:
     return func
 
 
-WORKER_SSH_KEYS = ("user", "internal_ip", "ssh_port", "strict_host_key_checking", "key_ttl")
+WORKER_SSH_KEYS = (
+    "user",
+    "internal_ip",
+    "tunnel_through_iap",
+    "proxy_jump",
+    "ssh_port",
+    "strict_host_key_checking",
+    "key_ttl",
+)
 
 
 def pop_worker_ssh(values: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +270,8 @@ def ssh_settings(
     internal_ip: bool,
     ssh_port: int | None,
     strict_host_key_checking: str,
+    tunnel_through_iap: bool = False,
+    proxy_jump: str | None = None,
     **tuning: Any,
 ) -> SshSettings:
     """SshSettings from worker_ssh_options (plus connect_timeout/batch_size where a command has
@@ -255,6 +287,8 @@ def ssh_settings(
     return SshSettings(
         user=user,
         internal_ip=internal_ip,
+        tunnel_through_iap=tunnel_through_iap,
+        proxy_jump=proxy_jump,
         ssh_port=ssh_port,
         strict_host_key_checking=strict_host_key_checking,  # type: ignore[arg-type]
         **tuning,

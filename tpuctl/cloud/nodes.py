@@ -13,6 +13,7 @@ from tpuctl.cloud.describe import enum_name, short_name, state_name, template_of
 from tpuctl.errors import AuthError, NotFoundError, TpuctlError
 
 HOSTKEY_NAMESPACE = "hostkeys/"
+HOSTNAME = "hostname"  # the guest attribute holding a worker's VM instance name
 SSH_KEYS = "ssh-keys"
 OS_LOGIN = "enable-oslogin"
 PUBLISH_ATTEMPTS = 6
@@ -81,6 +82,28 @@ def host_keys(api: TpuApi, node_ids: Sequence[str]) -> dict[tuple[str, int], lis
                 if item.namespace.strip("/") == "hostkeys" and item.value.strip()
             ]
     return keys
+
+
+def instance_names(api: TpuApi, node_ids: Sequence[str]) -> dict[tuple[str, int], str]:
+    """Each worker's VM instance name, by (node id, worker index): the `hostname` guest
+    attribute, which `gcloud compute start-iap-tunnel` takes. Read as gcloud reads it (tpu_vm
+    ssh.py): every guest attribute of the node, the first item whose key is `hostname`,
+    whatever its namespace. A worker that publishes none is absent."""
+    names: dict[tuple[str, int], str] = {}
+    for node_id in dict.fromkeys(node_ids):
+        name = api.location.node_name(node_id)
+        with api_errors("get guest attributes of", name):
+            response = api.client.get_guest_attributes(
+                request={"name": name},
+                retry=make_retry(total_seconds=api.retry_total, reads=True),
+                timeout=api.rpc_timeout,
+            )
+        for worker, attributes in enumerate(response.guest_attributes):
+            items = attributes.query_value.items if attributes.query_value else []
+            found = next((item.value.strip() for item in items if item.key == HOSTNAME), "")
+            if found:
+                names[(node_id, worker)] = found
+    return names
 
 
 def node_disruption(api: TpuApi, node_ids: Sequence[str]) -> str | None:

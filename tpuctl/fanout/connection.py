@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +27,14 @@ from tpuctl.fanout.targets import WorkerTarget
 if TYPE_CHECKING:
     import paramiko
 
+    from tpuctl.fanout.routes import Route
+
 # paramiko's transport thread wakes every `_active_check_timeout` (0.1 s) to look for a close
 # or send a keepalive. tpuctl sends its own keepalives (with replies, see engine) and shuts the
 # socket down to stop a transport, so 1,024 idle connections need not wake 10,240 times a second.
 TRANSPORT_POLL_SECONDS = 2.0
+# How long a failed set-up waits for a route's process to say why (it is exiting).
+ROUTE_FAILURE_WAIT = 1.0
 # Host key algorithms paramiko can verify, by the name guest attributes publish them under.
 _HOSTKEY_ALGORITHMS = {
     "ssh-ed25519": ("ssh-ed25519",),
@@ -56,6 +60,8 @@ class ConnectOptions:
     pins: HostKeyPins | None = None
     connect_attempts: int = 3  # refused/reset/EOF during set-up are retried, timeouts are not
     retry_backoff: float = 0.5
+    # How the bytes get there (routes.py): an IAP tunnel or a bastion; None: straight TCP.
+    route: Route | None = None
 
 
 class SetupError(Exception):
@@ -116,7 +122,15 @@ def _tcp_keepalive(sock: socket.socket, interval: float) -> None:
 
 
 def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
-    """TCP connect, SSH handshake, host key check and public-key auth within connect_timeout."""
+    """Reach the worker (TCP, or its route), SSH handshake, host key check and public-key auth
+    within connect_timeout."""
+    try:
+        return _connect(target, options)
+    except SetupError as error:
+        raise _firewall_hint(target, options, error) from None
+
+
+def _connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
     import paramiko
 
     deadline = time.monotonic() + options.connect_timeout
@@ -129,6 +143,47 @@ def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport
             raise SetupError("timeout", f"connect timeout ({options.connect_timeout:g} s)")
         return remaining
 
+    sock = _dial(target, options, left)
+    transport = transport_class()(sock)
+    try:
+        _handshake(transport, target, options, algorithms, left)
+        transport.auth_publickey(options.user, options.pkey)
+    except SetupError as error:
+        said = _route_failure(options, sock, deadline) if error.kind == "timeout" else None
+        _discard(transport, sock)
+        if said:
+            raise SetupError(error.kind, f"{error}; {said}", retryable=error.retryable) from None
+        raise
+    except paramiko.AuthenticationException as error:
+        _discard(transport, sock)
+        raise SetupError(
+            "unreachable",
+            f"authentication as {options.user} failed ({error}); is the key in the node's "
+            "ssh-keys metadata?",
+        ) from None
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        said = _route_failure(options, sock, deadline)
+        _discard(transport, sock)
+        if said:  # the route broke (a tunnel process exited): what it said is the news
+            raise SetupError("unreachable", said, retryable=True) from None
+        if time.monotonic() >= deadline - 0.05:
+            raise SetupError(
+                "timeout", f"no SSH answer within {options.connect_timeout:g} s ({error})"
+            ) from None
+        raise SetupError("unreachable", f"SSH set-up failed: {error}", retryable=True) from None
+    return transport
+
+
+def _dial(target: WorkerTarget, options: ConnectOptions, left: Callable[[], float]) -> Any:
+    """The byte stream to the worker's SSH port: a TCP socket, or what its route opens."""
+    route = options.route
+    if route is not None:
+        try:
+            return route.open(target, left())
+        except SetupError:
+            raise
+        except Exception as error:  # a setup thread must always end with a SetupError
+            raise SetupError("unreachable", f"cannot open the route: {error}") from None
     try:
         sock = socket.create_connection((target.address, target.port), timeout=left())
     except TimeoutError:
@@ -142,28 +197,42 @@ def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport
             retryable=True,
         ) from None
     _tcp_keepalive(sock, options.keepalive)
-    transport = transport_class()(sock)
-    try:
-        _handshake(transport, target, options, algorithms, left)
-        transport.auth_publickey(options.user, options.pkey)
-    except SetupError:
-        close_transport(transport)
-        raise
-    except paramiko.AuthenticationException as error:
-        close_transport(transport)
-        raise SetupError(
-            "unreachable",
-            f"authentication as {options.user} failed ({error}); is the key in the node's "
-            "ssh-keys metadata?",
-        ) from None
-    except (paramiko.SSHException, OSError, EOFError) as error:
-        close_transport(transport)
-        if time.monotonic() >= deadline - 0.05:
-            raise SetupError(
-                "timeout", f"no SSH answer within {options.connect_timeout:g} s ({error})"
-            ) from None
-        raise SetupError("unreachable", f"SSH set-up failed: {error}", retryable=True) from None
-    return transport
+    return sock
+
+
+def _route_failure(options: ConnectOptions, sock: Any, deadline: float) -> str | None:
+    if options.route is None:
+        return None
+    wait = min(ROUTE_FAILURE_WAIT, max(0.1, deadline - time.monotonic()))
+    with contextlib.suppress(Exception):
+        return options.route.failure(sock, wait)
+    return None
+
+
+def _discard(transport: paramiko.Transport, sock: Any) -> None:
+    """Close a transport that failed to set up, and its stream: a transport whose thread never
+    ran does not close it (and a tunnel's process must end). A running thread closes it as it
+    ends; closing it under that thread's read would only make it log a bad descriptor."""
+    close_transport(transport)
+    if not transport.is_alive():
+        with contextlib.suppress(Exception):
+            sock.close()
+
+
+def _firewall_hint(target: WorkerTarget, options: ConnectOptions, error: SetupError) -> SetupError:
+    """A worker with no external IP, dialled directly, that did not answer: from outside its
+    VPC nothing gets in but IAP or a host inside it, so say so (a firewall drops packets: a
+    timeout, which here means unreachable, not a command's deadline)."""
+    if target.has_external_ip or options.route is not None:
+        return error
+    if error.kind not in ("timeout", "unreachable") or "authentication" in str(error):
+        return error
+    hint = (
+        f"node {target.node_id} has no external IP: from outside its VPC, reach it with "
+        "--tunnel-through-iap (a firewall rule must admit 35.235.240.0/20 on tcp:22) or "
+        "--proxy-jump HOST (a bastion in the VPC); --internal-ip works only from inside it"
+    )
+    return SetupError("unreachable", f"{error} ({hint})", retryable=error.retryable, hint=hint)
 
 
 def _handshake(
@@ -194,11 +263,7 @@ def expected_algorithms(target: WorkerTarget, pins: HostKeyPins | None) -> list[
     if not keys and pins is not None:
         keys = [(pin.algorithm, pin.blob) for pin in pins.pinned(target)]
     if keys:
-        return [
-            name
-            for algorithm, _ in keys
-            for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
-        ]
+        return host_key_algorithms(keys)
     if pins is not None and pins.accepts_new:
         return None
     where = f" and none is pinned in {pins.path}" if pins is not None else ""
@@ -209,6 +274,14 @@ def expected_algorithms(target: WorkerTarget, pins: HostKeyPins | None) -> list[
         hint="to trust the key it presents and pin it, run once with "
         "--strict-host-key-checking accept-new",
     )
+
+
+def host_key_algorithms(keys: Sequence[tuple[str, str]]) -> list[str]:
+    """The algorithms to ask a server for, to get one of `keys` (algorithm, blob)."""
+    names = [
+        name for algorithm, _ in keys for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
+    ]
+    return list(dict.fromkeys(names))
 
 
 def verify_host_key(

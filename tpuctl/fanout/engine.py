@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import selectors
 import threading
@@ -211,17 +212,20 @@ class FanOut:
             threading.Thread(target=self._setup_loop, name=f"tpuctl-setup-{n}", daemon=True)
             for n in range(min(max(1, self.options.batch_size), len(self.targets)))
         ]
-        for thread in threads:
-            thread.start()
+        route = self.connect_options.route
         interrupted = False
-        try:
-            self._loop()
-        except KeyboardInterrupt:
-            interrupted = True
-            self._interrupt()
-        finally:
-            self._monitor.close()
-            self._settle_pins()
+        # A bastion is opened by the first set-up that needs it and closed here, at the end.
+        with route.hold() if route is not None else contextlib.nullcontext():
+            for thread in threads:
+                thread.start()
+            try:
+                self._loop()
+            except KeyboardInterrupt:
+                interrupted = True
+                self._interrupt()
+            finally:
+                self._monitor.close()
+                self._settle_pins()
         ordered = [
             self._results.get(i) or WorkerResult(t, "interrupted", error="not started")
             for i, t in enumerate(self.targets)
@@ -352,8 +356,21 @@ class FanOut:
         else:
             result.status = "unreachable"
             result.error = "connection lost while the command ran (not re-run)"
+            said = self._route_failure(session)
+            if said:
+                result.error += f"; {said}"
         self._close(session)
         self._finish_result(result)
+
+    def _route_failure(self, session: Session) -> str | None:
+        """Why the route broke under a running command (a tunnel process that exited)."""
+        route = self.connect_options.route
+        if route is None:
+            return None
+        try:
+            return route.failure(session.transport.sock, 0.0)
+        except Exception:
+            return None
 
     def _close(self, session: Session) -> None:
         session.done = True

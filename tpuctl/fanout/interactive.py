@@ -65,6 +65,15 @@ def interactive_shell(
     in_fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     out_fd = sys.stdout.fileno() if stdout_fd is None else stdout_fd
     err_fd = sys.stderr.fileno() if stderr_fd is None else stderr_fd
+    route = options.route
+    # A bastion opened for this shell is closed when it ends.
+    with route.hold() if route is not None else contextlib.nullcontext():
+        return _shell(target, options, in_fd, out_fd, err_fd)
+
+
+def _shell(
+    target: WorkerTarget, options: ConnectOptions, in_fd: int, out_fd: int, err_fd: int
+) -> int:
     terminal = os.isatty(in_fd)
     try:
         transport = connect(target, options)

@@ -33,6 +33,8 @@ class SshSettings:
 
     user: str | None = None
     internal_ip: bool = False
+    tunnel_through_iap: bool = False  # each connection through `gcloud compute start-iap-tunnel`
+    proxy_jump: str | None = None  # [USER@]HOST[:PORT]: a bastion, one direct-tcpip per worker
     ssh_port: int | None = None
     strict_host_key_checking: Checking = "accept-new"
     known_hosts: Path | None = None  # tpuctl's pinned host keys (default ~/.ssh/tpuctl_known_hosts)

@@ -19,7 +19,9 @@ class WorkerTarget:
 
     `host_keys` are "algorithm base64" pairs from the node's guest attributes (empty when
     none were published or checking is off). `node_uid` is the node's unique numeric id
-    (Node.id), which names the worker's pinned host key (0 when unknown).
+    (Node.id), which names the worker's pinned host key (0 when unknown). `has_external_ip`
+    says whether the node gave the worker one (else only IAP or a host in its VPC gets in);
+    `instance` is its VM's instance name (the `hostname` guest attribute), for IAP tunnels.
     """
 
     slice_index: int
@@ -29,6 +31,8 @@ class WorkerTarget:
     port: int = DEFAULT_SSH_PORT
     host_keys: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     node_uid: int = field(default=0, compare=False)
+    has_external_ip: bool = field(default=True, compare=False)
+    instance: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:
@@ -154,6 +158,14 @@ def worker_targets(
                     resource=node.name,
                 )
             targets.append(
-                WorkerTarget(slice_index, node_id, worker, address, port, node_uid=node_uid)
+                WorkerTarget(
+                    slice_index,
+                    node_id,
+                    worker,
+                    address,
+                    port,
+                    node_uid=node_uid,
+                    has_external_ip=bool(external),
+                )
             )
     return targets

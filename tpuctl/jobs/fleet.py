@@ -4,17 +4,21 @@ connection setting (fanout)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from tpuctl.clock import format_duration
 from tpuctl.cloud import nodes as cloud_nodes
 from tpuctl.cloud import oslogin
 from tpuctl.cloud.client import TpuApi
-from tpuctl.errors import UsageError
+from tpuctl.errors import UnreachableError, UsageError
 from tpuctl.fanout.connection import ConnectOptions
 from tpuctl.fanout.keys import LocalKey, check_user, default_user, ensure_key
 from tpuctl.fanout.known_hosts import CHECKING_MODES, HostKeyPins, default_path
 from tpuctl.fanout.operations import Fleet, SshSettings
+from tpuctl.fanout.routes import Bastion, IapTunnel, JumpHost, Route, find_gcloud, parse_jump
 from tpuctl.fanout.targets import WorkerTarget, select, ssh_port, worker_targets
 
 Progress = Callable[[str], None]
@@ -78,11 +82,16 @@ def prepare_fleet(
     checking is off). Workers trusted on first use are named through `on_warning` (else
     `on_progress`) once their connections are set up."""
     say = on_progress or (lambda _message: None)
+    warn = on_warning or say
     if settings.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
+    gcloud, jump = check_route(settings)  # before any request: a usage error costs nothing
     resolved = cloud_nodes.resolve_nodes(api, name)
     everyone = worker_targets(
-        resolved.nodes, port=ssh_port(settings.ssh_port), internal_ip=settings.internal_ip
+        resolved.nodes,
+        port=ssh_port(settings.ssh_port),
+        # A bastion is inside the VPC: it reaches the workers at their internal addresses.
+        internal_ip=settings.internal_ip or jump is not None,
     )
     targets = select(everyone, nodes=nodes, workers=workers)
     if not targets:
@@ -92,7 +101,25 @@ def prepare_fleet(
         say(f"created SSH key {key.path} (ed25519)")
     node_ids = list(dict.fromkeys(target.node_id for target in targets))
     user = grant_access(api, node_ids, key, settings, say)
-    targets, pins = host_key_checks(api, targets, settings, on_warning or say)
+    targets, pins = host_key_checks(api, targets, settings, warn)
+    route: Route | None = None
+    if gcloud is not None:
+        targets = with_instance_names(api, targets)
+        route = IapTunnel(gcloud, api.location.project, api.location.zone)
+        say(f"reaching {len(targets)} workers through IAP tunnels ({gcloud})")
+    elif jump is not None:
+        route = Bastion(
+            jump,
+            user=user,
+            pkey=key.pkey,
+            checking=settings.strict_host_key_checking,
+            pins_path=settings.known_hosts or default_path(),
+            known_hosts=Path(os.path.expanduser("~")) / ".ssh" / "known_hosts",
+            connect_timeout=settings.connect_timeout,
+            keepalive=settings.keepalive,
+            warn=warn,
+        )
+        say(f"reaching {len(targets)} workers through the bastion {route.name}")
     options = ConnectOptions(
         user=user,
         pkey=key.pkey,
@@ -100,8 +127,46 @@ def prepare_fleet(
         keepalive=settings.keepalive,
         verify_host_keys=pins is not None,
         pins=pins,
+        route=route,
     )
     return Fleet(resolved.queued_resource, targets, options, key, user, settings)
+
+
+def check_route(settings: SshSettings) -> tuple[str | None, JumpHost | None]:
+    """(the gcloud to tunnel with, the bastion) as the flags ask; UsageError for a bad mix,
+    a bad --proxy-jump, or --tunnel-through-iap with no gcloud to run."""
+    if settings.tunnel_through_iap and settings.proxy_jump:
+        raise UsageError(
+            "--tunnel-through-iap and --proxy-jump are two ways to the same workers: pass one"
+        )
+    if settings.tunnel_through_iap and settings.internal_ip:
+        raise UsageError(
+            "--tunnel-through-iap and --internal-ip cannot be used together (as in gcloud): "
+            "an IAP tunnel reaches the VM itself, whatever its addresses"
+        )
+    if settings.tunnel_through_iap:
+        return find_gcloud(), None
+    if settings.proxy_jump:
+        return None, parse_jump(settings.proxy_jump)
+    return None, None
+
+
+def with_instance_names(api: TpuApi, targets: list[WorkerTarget]) -> list[WorkerTarget]:
+    """The targets with their VM instance names (the `hostname` guest attribute), which IAP
+    tunnels take; a worker without one cannot be tunnelled to, as with gcloud."""
+    names = cloud_nodes.instance_names(api, list(dict.fromkeys(t.node_id for t in targets)))
+    missing = [t for t in targets if (t.node_id, t.worker) not in names]
+    if missing:
+        labels = ", ".join(t.label for t in missing[:8]) + (" …" if len(missing) > 8 else "")
+        raise UnreachableError(
+            f"cannot tunnel through IAP to {len(missing)} of {len(targets)} workers ({labels}): "
+            "their guest attributes publish no hostname (the VM instance name IAP takes)",
+            hint="check that the compute.disableGuestAttributesAccess organization policy is "
+            "not enforced and the node's metadata does not set enable-guest-attributes=FALSE, "
+            "that the TPU was created after March 24, 2022, and that it is READY; or use "
+            "--proxy-jump HOST",
+        )
+    return [replace(t, instance=names[(t.node_id, t.worker)]) for t in targets]
 
 
 def host_key_checks(

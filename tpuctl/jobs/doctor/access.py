@@ -57,8 +57,8 @@ def _ssh_line(os_login: bool, source: str) -> Check:
 
 
 def firewall_check(inputs: Inputs) -> list[Check]:
-    """A rule that lets tcp:22 reach the VMs. tpuctl connects directly (it has no IAP tunnel),
-    so any source counts; whether IAP's range is admitted is said too."""
+    """A rule that lets tcp:22 reach the VMs: any source counts (tpuctl connects directly, or
+    through a bastion); whether IAP's range is admitted (--tunnel-through-iap) is said too."""
     from tpuctl.cloud.compute_rest import IAP_RANGE, ComputeError, firewall_rules, ssh_path
 
     name = "firewall"
@@ -87,7 +87,7 @@ def firewall_check(inputs: Inputs) -> list[Check]:
                 "--source-ranges YOUR_IP/32",
             )
         ]
-    iap = "admitted" if path.iap else "not admitted (tpuctl does not tunnel through IAP)"
+    iap = "admitted" if path.iap else "not admitted (--tunnel-through-iap cannot get in)"
     sources = ", ".join(path.sources) or "no source ranges"
     return [
         passed(

@@ -1,0 +1,140 @@
+"""A stand-in for `gcloud` in tests: only `compute start-iap-tunnel INSTANCE PORT
+--listen-on-stdin --project P --zone Z [--verbosity V]`, doing what IAP does for it.
+
+It finds the worker whose `hostname` guest attribute is INSTANCE through the TPU API of the
+emulator at $TPU_EMULATOR_HOST (the unmodified google-cloud-tpu client, as gcloud would ask
+Compute Engine), connects to its internal IP and PORT from an address in the emulated IAP range
+(127.235.240.0/20, which the emulator's firewall admits), and pumps bytes between its stdin
+and stdout and that connection until either side ends. Errors go to stderr the way gcloud
+prints them, with exit 1.
+
+For tests, from the environment:
+- GCLOUD_STANDIN_LOG: a file it appends one JSON line to per run ({"argv": [...], "pid": N});
+- GCLOUD_STANDIN_FAIL: an instance name (or `*`) for which it says IAP's "failed to connect
+  to backend" error on stderr and exits 1 before connecting;
+- GCLOUD_STANDIN_HANG: an instance name (or `*`) for which it never answers (sleeps).
+
+`install(directory)` writes an executable `gcloud` there that runs this file with the test's
+Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import selectors
+import socket
+import sys
+import time
+from pathlib import Path
+
+PREFIX = "ERROR: (gcloud.compute.start-iap-tunnel)"
+BACKEND_FAILED = f"{PREFIX} Error while connecting [4003: 'failed to connect to backend']."
+
+
+def install(directory: Path) -> Path:
+    """An executable `gcloud` in `directory` that runs this stand-in; its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "gcloud"
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import runpy, sys\n"
+        f"sys.argv[0] = {str(path)!r}\n"
+        f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__main__')\n",
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    return 1
+
+
+def _worker_address(instance: str, project: str, zone: str) -> str | None:
+    import grpc
+    from google.cloud import tpu_v2alpha1
+    from google.cloud.tpu_v2alpha1.services.tpu.transports import TpuGrpcTransport
+
+    channel = grpc.insecure_channel(os.environ["TPU_EMULATOR_HOST"])
+    client = tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
+    try:
+        for node in client.list_nodes(parent=f"projects/{project}/locations/{zone}"):
+            attributes = client.get_guest_attributes(request={"name": node.name})
+            for worker, values in enumerate(attributes.guest_attributes):
+                for item in values.query_value.items:
+                    if item.key == "hostname" and item.value == instance:
+                        return str(node.network_endpoints[worker].ip_address)
+    finally:
+        channel.close()
+    return None
+
+
+def _pump(connection: socket.socket) -> int:
+    """stdin → connection, connection → stdout, until the connection ends."""
+    selector = selectors.DefaultSelector()
+    selector.register(0, selectors.EVENT_READ, "stdin")
+    selector.register(connection, selectors.EVENT_READ, "worker")
+    while True:
+        for key, _ in selector.select():
+            if key.data == "stdin":
+                data = os.read(0, 65536)
+                if not data:  # the SSH client is done: say so to the worker, keep reading
+                    selector.unregister(0)
+                    connection.shutdown(socket.SHUT_WR)
+                    continue
+                connection.sendall(data)
+            else:
+                try:
+                    data = connection.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    return 0
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(1, view) :]
+
+
+def main(argv: list[str]) -> int:
+    log = os.environ.get("GCLOUD_STANDIN_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"argv": argv, "pid": os.getpid()}) + "\n")
+    if argv[:2] != ["compute", "start-iap-tunnel"]:
+        return _fail(f"ERROR: (gcloud) the stand-in only runs compute start-iap-tunnel: {argv}")
+    parser = argparse.ArgumentParser(prog="gcloud compute start-iap-tunnel")
+    parser.add_argument("instance")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--listen-on-stdin", action="store_true", required=True)
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--zone", required=True)
+    parser.add_argument("--verbosity", default="warning")
+    args = parser.parse_args(argv[2:])
+    if os.environ.get("GCLOUD_STANDIN_FAIL", "") in ("*", args.instance):
+        return _fail(BACKEND_FAILED)
+    if os.environ.get("GCLOUD_STANDIN_HANG", "") in ("*", args.instance):
+        time.sleep(3600)
+    address = _worker_address(args.instance, args.project, args.zone)
+    if address is None:
+        return _fail(
+            f"{PREFIX} Could not fetch resource: - The resource 'projects/{args.project}/zones/"
+            f"{args.zone}/instances/{args.instance}' was not found"
+        )
+    source = f"127.235.240.{random.randint(1, 254)}"  # inside the emulated IAP range
+    try:
+        connection = socket.create_connection(
+            (address, args.port), timeout=10, source_address=(source, 0)
+        )
+    except OSError:
+        return _fail(BACKEND_FAILED)
+    connection.settimeout(None)
+    return _pump(connection)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

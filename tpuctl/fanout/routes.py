@@ -1,0 +1,571 @@
+"""How a connection reaches a worker it cannot dial: through an IAP tunnel (one
+`gcloud compute start-iap-tunnel` process per connection, its stdio the connection's byte
+stream, as `gcloud … ssh --tunnel-through-iap` does with OpenSSH's ProxyCommand) or through a
+bastion (one SSH connection to it, shared, and a `direct-tcpip` channel per worker, as
+`ssh -J`). connection.connect() asks a route for the stream and speaks SSH over it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from tpuctl.errors import UsageError
+from tpuctl.fanout.connection import (
+    SetupError,
+    close_transport,
+    host_key_algorithms,
+    transport_class,
+)
+from tpuctl.fanout.known_hosts import (
+    Checking,
+    KnownHostsFile,
+    fingerprint,
+    forget_command,
+    same_key,
+)
+from tpuctl.fanout.targets import WorkerTarget
+
+if TYPE_CHECKING:
+    import paramiko
+
+GCLOUD_ENV = "TPUCTL_GCLOUD"
+# gcloud's own check on an instance name it puts in a ProxyCommand (ssh.py), plus: no leading
+# '-', so a name can never be read as a flag.
+_INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_HOST = re.compile(r"^[A-Za-z0-9_.:%-]{1,253}$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+STDERR_SAID = 500  # characters of a tunnel's stderr put in a worker's error
+TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to a tunnel's process group
+
+Warn = Callable[[str], None]
+
+
+class Route(Protocol):
+    """A way to a worker; `hold()` spans one fan-out (a bastion is opened at most once in it
+    and closed at its end)."""
+
+    def open(self, target: WorkerTarget, timeout: float) -> Any:
+        """A socket-like byte stream to target's SSH port (paramiko's `sock`); SetupError."""
+        ...
+
+    def failure(self, stream: Any, wait: float) -> str | None:
+        """What the route knows of why `stream` broke (a tunnel's exit and stderr), or None."""
+        ...
+
+    def hold(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+# ------------------------------------------------------------------------------ IAP
+
+
+def find_gcloud(environ: Mapping[str, str] | None = None) -> str:
+    """The gcloud to run: $TPUCTL_GCLOUD (a path or a name on PATH), else `gcloud` on PATH."""
+    env = os.environ if environ is None else environ
+    configured = env.get(GCLOUD_ENV, "").strip()
+    if configured:
+        found = shutil.which(configured, path=env.get("PATH"))
+        if found is None:
+            raise UsageError(
+                f"{GCLOUD_ENV}={configured!r} is not an executable program",
+                hint=f"point {GCLOUD_ENV} at gcloud, or unset it to use the gcloud on PATH",
+            )
+        return found
+    found = shutil.which("gcloud", path=env.get("PATH"))
+    if found is None:
+        raise UsageError(
+            "--tunnel-through-iap runs `gcloud compute start-iap-tunnel`, and there is no "
+            "gcloud on PATH",
+            hint="install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), "
+            f"or set {GCLOUD_ENV} to its path",
+        )
+    return found
+
+
+def check_instance(name: str) -> str:
+    if not _INSTANCE.match(name):
+        raise SetupError("unreachable", f"refusing to tunnel to instance name {name!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class IapTunnel:
+    """Each connection is the stdio of its own `gcloud compute start-iap-tunnel INSTANCE PORT
+    --listen-on-stdin` (INSTANCE: the worker's `hostname` guest attribute), the command gcloud
+    puts in OpenSSH's ProxyCommand, with the same flags."""
+
+    gcloud: str
+    project: str
+    zone: str
+
+    def command(self, target: WorkerTarget) -> list[str]:
+        return [
+            self.gcloud,
+            "compute",
+            "start-iap-tunnel",
+            check_instance(target.instance),
+            str(target.port),
+            "--listen-on-stdin",
+            f"--project={self.project}",
+            f"--zone={self.zone}",
+            "--verbosity=warning",
+        ]
+
+    def open(self, target: WorkerTarget, timeout: float) -> TunnelStream:
+        return TunnelStream.start(self.command(target), f"{target.instance} port {target.port}")
+
+    def failure(self, stream: Any, wait: float) -> str | None:
+        return stream.failure(wait) if isinstance(stream, TunnelStream) else None
+
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class TunnelStream:
+    """One tunnel process as paramiko's socket: what paramiko sends goes to the process's
+    stdin, what it reads comes from its stdout; closing it ends and reaps the process.
+
+    Two socket pairs, not one: gcloud makes its stdin non-blocking (iap_tunnel._StdinSocket),
+    and stdin and stdout on one socket would share that flag, so a full buffer would break
+    gcloud's writes to stdout. (OpenSSH gives a ProxyCommand two pipes for the same reason.)
+    Sockets on our side give paramiko the timeouts it polls with; no thread pumps anything.
+    """
+
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        to_process: socket.socket,
+        from_process: socket.socket,
+        stderr: IO[bytes],
+        label: str,
+    ) -> None:
+        self.process = process
+        self.label = label
+        self._to = to_process
+        self._from = from_process
+        self._stderr = stderr
+        self._lock = threading.Lock()
+        self._is_closed = False
+        self._said: str | None = None  # stderr's tail, kept once the file is closed
+
+    @classmethod
+    def start(cls, argv: list[str], label: str) -> TunnelStream:
+        ours_in, their_in = socket.socketpair()
+        ours_out, their_out = socket.socketpair()
+        stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the stream
+        try:
+            # Its own session: the whole group (gcloud's shell wrapper, its Python) can be
+            # ended at once, and a Ctrl-C at the terminal reaches tpuctl, not the tunnels.
+            process = subprocess.Popen(
+                argv,
+                stdin=their_in.fileno(),
+                stdout=their_out.fileno(),
+                stderr=stderr,
+                start_new_session=True,
+            )
+        except OSError as error:
+            for end in (ours_in, ours_out):
+                end.close()
+            stderr.close()
+            raise SetupError(
+                "unreachable", f"cannot start {argv[0]} for the IAP tunnel: {error}"
+            ) from None
+        finally:
+            their_in.close()  # the child holds its ends; ours must go, or EOF never comes
+            their_out.close()
+        return cls(process, ours_in, ours_out, stderr, label)
+
+    # -- what paramiko calls --------------------------------------------------------------
+    def send(self, data: bytes) -> int:
+        return self._to.send(data)
+
+    def recv(self, size: int) -> bytes:
+        return self._from.recv(size)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._to.settimeout(timeout)
+        self._from.settimeout(timeout)
+
+    def getpeername(self) -> tuple[str, int]:
+        return (self.label, 0)
+
+    @property
+    def _closed(self) -> bool:  # paramiko's Transport.stop_thread reads it
+        return self._is_closed
+
+    def shutdown(self, how: int) -> None:
+        for end in (self._to, self._from):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Close our ends (the process reads EOF), then end its process group: SIGTERM,
+        SIGKILL after TERMINATE_GRACE; the process is reaped before this returns."""
+        with self._lock:
+            if self._is_closed:
+                return
+            self._is_closed = True
+        self.shutdown(socket.SHUT_RDWR)
+        for end in (self._to, self._from):
+            end.close()
+        _end_group(self.process)
+        self._said = self._read_stderr()
+        self._stderr.close()
+
+    # -- why it broke -------------------------------------------------------------------------
+    def failure(self, wait: float) -> str | None:
+        """The process's exit status and the last lines of its stderr (waiting up to `wait`
+        seconds for it to exit: EOF comes as it dies); None when it says nothing."""
+        code = self.process.poll()
+        if code is None and wait > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.process.wait(wait)
+        said = self._said if self._said is not None else self._read_stderr()
+        if code is None and not said:
+            return None
+        if code is None:
+            state = "is still running"
+        elif code < 0:
+            state = f"was killed by signal {-code}"
+        else:
+            state = f"exited with {code}"
+        return f"the IAP tunnel to {self.label} {state}" + (f": {said}" if said else "")
+
+    def _read_stderr(self) -> str:
+        try:
+            self._stderr.seek(0)
+            data = self._stderr.read()
+        except (OSError, ValueError):
+            return self._said or ""
+        lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines()]
+        text = " | ".join(line for line in lines if line)
+        return text if len(text) <= STDERR_SAID else "…" + text[-STDERR_SAID:]
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process's group, SIGKILL if it lingers; reap the leader."""
+
+    def signal_group(number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, number)
+
+    signal_group(signal.SIGTERM)  # the leader is unreaped, so its group id is still its own
+    try:
+        process.wait(TERMINATE_GRACE)
+    except subprocess.TimeoutExpired:
+        signal_group(signal.SIGKILL)
+        process.wait()
+
+
+# ---------------------------------------------------------------------------- bastion
+
+
+class ChannelStream:
+    """A bastion's `direct-tcpip` channel as one worker connection's socket.
+
+    paramiko's Channel.send checks that the channel is open, then sends outside its lock; a
+    worker connection closing on one thread (EOF, then CLOSE) while its transport thread sends
+    on another can put data after the CLOSE. The bastion answers that protocol error by
+    dropping its whole connection, every other worker's channel with it. Here sending and
+    closing take turns, and nothing is sent once the channel is shut.
+    """
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self.channel = channel
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def send(self, data: bytes) -> int:
+        with self._lock:
+            if self._shut:
+                raise OSError(errno.EPIPE, "the channel is closed")
+            return self.channel.send(data)
+
+    def recv(self, size: int) -> bytes:
+        return self.channel.recv(size)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.channel.settimeout(timeout)
+
+    def getpeername(self) -> Any:
+        return self.channel.getpeername()
+
+    @property
+    def _closed(self) -> bool:  # paramiko's Transport.stop_thread reads it
+        return bool(self.channel.closed)
+
+    def shutdown(self, how: int) -> None:
+        with self._lock:
+            self._shut = True
+            self.channel.shutdown(how)
+
+    def close(self) -> None:
+        with self._lock:
+            self._shut = True
+            self.channel.close()
+
+
+@dataclass(frozen=True)
+class JumpHost:
+    """`--proxy-jump [USER@]HOST[:PORT]`; no user: the one tpuctl logs in to workers as."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+
+    @property
+    def alias(self) -> str:
+        """The name known_hosts files hold it under: `host`, or `[host]:port`."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    def __str__(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        return f"{user}{self.alias}"
+
+
+def parse_jump(text: str) -> JumpHost:
+    """`[USER@]HOST[:PORT]` (an IPv6 address in brackets: `[::1]:2222`). UsageError."""
+    value = text.strip()
+    user, at, rest = value.rpartition("@")
+    bad = UsageError(
+        f"--proxy-jump {text!r}: not [USER@]HOST[:PORT]",
+        hint="e.g. --proxy-jump bastion.example.com or --proxy-jump me@10.0.0.2:2222",
+    )
+    if "," in value or (at and not _USER.match(user)):
+        raise bad
+    port_text = ""
+    if rest.startswith("["):
+        host, closing, after = rest[1:].partition("]")
+        if not closing or (after and not after.startswith(":")):
+            raise bad
+        port_text = after[1:]
+    elif rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
+    else:
+        host = rest
+    if not host or host.startswith("-") or not _HOST.match(host):
+        raise bad
+    port = 22
+    if port_text or rest.endswith(":"):
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise bad
+        port = int(port_text)
+    return JumpHost(host, port, user or None)
+
+
+class Bastion:
+    """One SSH connection to a bastion, opened when the first worker needs it and shared by
+    every worker's `direct-tcpip` channel; closed when the last `hold()` ends.
+
+    Its host key is checked as OpenSSH would, against ~/.ssh/known_hosts and tpuctl's own
+    known hosts, under --strict-host-key-checking: `accept-new` pins a key seen for the first
+    time in tpuctl's file, `yes` refuses it, `no` checks nothing. It is logged in to with
+    tpuctl's key, then the keys of a running ssh-agent.
+    """
+
+    def __init__(
+        self,
+        jump: JumpHost,
+        *,
+        user: str,
+        pkey: Any,
+        checking: Checking,
+        pins_path: Path,
+        known_hosts: Path,
+        connect_timeout: float,
+        keepalive: float,
+        warn: Warn | None = None,
+    ) -> None:
+        self.jump = jump
+        self.user = jump.user or user
+        self.pkey = pkey
+        self.checking = checking
+        self.pins_path = pins_path
+        self.known_hosts = known_hosts
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self._warn = warn or (lambda _message: None)
+        # Read now, so a pins file that may not be trusted stops the command before it starts.
+        self._pinned = KnownHostsFile(pins_path).read().get(jump.alias, [])
+        self._lock = threading.Lock()
+        self._transport: paramiko.Transport | None = None
+        self._failed: SetupError | None = None
+        self._holders = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.user}@{self.jump.alias}"
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._lock:
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                last = self._holders == 0
+                transport = self._transport if last else None
+                if last:
+                    self._transport, self._failed = None, None
+            if transport is not None:
+                close_transport(transport)
+
+    def close(self) -> None:
+        with self._lock:
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            close_transport(transport)
+
+    def open(self, target: WorkerTarget, timeout: float) -> ChannelStream:
+        import paramiko
+
+        transport = self._connected(timeout)
+        where = f"{target.address}:{target.port}"
+        try:
+            channel = transport.open_channel(
+                "direct-tcpip", (target.address, target.port), ("127.0.0.1", 0), timeout=timeout
+            )
+            return ChannelStream(channel)
+        except paramiko.ChannelException as error:
+            reason = error.text or f"code {error.code}"
+            raise SetupError(
+                "unreachable",
+                f"the bastion {self.name} could not connect to {where}: {reason}",
+                retryable=True,
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            # paramiko says "Timeout opening channel." when the bastion's connect hangs (a
+            # firewall dropping it), and raises the same way when the bastion went away.
+            raise SetupError(
+                "unreachable",
+                f"through the bastion {self.name}, {where} did not answer: {error}",
+                retryable=True,
+            ) from None
+
+    def failure(self, stream: Any, wait: float) -> str | None:
+        return None
+
+    # -- the bastion's own connection ------------------------------------------------------
+    def _connected(self, timeout: float) -> paramiko.Transport:
+        with self._lock:
+            if self._failed is not None:
+                raise self._failed
+            if self._transport is not None and self._transport.is_active():
+                return self._transport
+            try:
+                self._transport = self._connect(min(timeout, self.connect_timeout))
+            except SetupError as error:
+                # Every worker would fail the same way: said once, not retried per worker.
+                self._failed = SetupError(error.kind, str(error), hint=error.hint)
+                raise self._failed from None
+            return self._transport
+
+    def _connect(self, timeout: float) -> paramiko.Transport:
+        import paramiko
+
+        prefix = f"bastion {self.name}"
+        try:
+            sock = socket.create_connection((self.jump.host, self.jump.port), timeout=timeout)
+        except OSError as error:
+            raise SetupError("unreachable", f"{prefix}: cannot connect: {error}") from None
+        transport = transport_class()(sock)
+        try:
+            known = self._known_keys()
+            if known and self.checking != "no":
+                transport.get_security_options().key_types = host_key_algorithms(known)
+            transport.banner_timeout = transport.handshake_timeout = timeout
+            transport.auth_timeout = timeout
+            transport.start_client(timeout=timeout)
+            if self.checking != "no":
+                self._verify(transport, known)
+            self._log_in(transport)
+            transport.set_keepalive(max(1, int(self.keepalive)))
+        except SetupError:
+            close_transport(transport)
+            raise
+        except paramiko.AuthenticationException as error:
+            close_transport(transport)
+            raise SetupError(
+                "unreachable",
+                f"{prefix}: authentication as {self.user} failed ({error})",
+                hint="the bastion must accept tpuctl's key (~/.ssh/google_compute_engine) or a "
+                "key in your ssh-agent; name its user with --proxy-jump USER@HOST",
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            close_transport(transport)
+            raise SetupError("unreachable", f"{prefix}: SSH set-up failed: {error}") from None
+        return transport
+
+    def _log_in(self, transport: paramiko.Transport) -> None:
+        import paramiko
+
+        keys: list[Any] = [self.pkey]
+        with contextlib.suppress(Exception):
+            keys.extend(paramiko.Agent().get_keys())
+        error: Exception | None = None
+        for key in keys:
+            try:
+                transport.auth_publickey(self.user, key)
+                return
+            except paramiko.AuthenticationException as refused:
+                error = refused
+        raise error or paramiko.AuthenticationException("no key to offer")
+
+    def _known_keys(self) -> list[tuple[str, str]]:
+        """The bastion's keys in ~/.ssh/known_hosts (hashed names too) and tpuctl's file."""
+        import paramiko
+
+        keys: list[tuple[str, str]] = []
+        if self.known_hosts.is_file():
+            host_keys = paramiko.HostKeys()
+            with contextlib.suppress(OSError, paramiko.SSHException):
+                host_keys.load(str(self.known_hosts))
+            entry = host_keys.lookup(self.jump.alias)
+            if entry is not None:
+                keys += [(key.get_name(), key.get_base64()) for key in entry.values()]
+        return keys + [(pin.algorithm, pin.blob) for pin in self._pinned]
+
+    def _verify(self, transport: paramiko.Transport, known: list[tuple[str, str]]) -> None:
+        key = transport.get_remote_server_key()
+        presented = (key.get_name(), key.get_base64())
+        shown = f"{presented[0]} {fingerprint(presented[1])}"
+        alias = self.jump.alias
+        if any(same_key(pair, presented) for pair in known):
+            return
+        if known:
+            fix = forget_command(alias, self.known_hosts) + " (or in " + str(self.pins_path) + ")"
+            raise SetupError(
+                "hostkey-mismatch",
+                f"HOST KEY CHANGED for bastion {alias}: it presented {shown}, which is not the "
+                "key your known hosts hold for it; not connecting",
+                hint=f"if the change is expected, forget the old key: {fix}",
+            )
+        if self.checking != "accept-new":
+            raise SetupError(
+                "hostkey-mismatch",
+                f"bastion {alias} is not in {self.known_hosts} or {self.pins_path}, and "
+                "--strict-host-key-checking yes trusts no new host",
+                hint="connect once with `ssh` to add it to your known hosts, or run with "
+                "--strict-host-key-checking accept-new",
+            )
+        line = f"{alias} {presented[0]} {presented[1]} bastion, trusted on first use"
+        try:
+            KnownHostsFile(self.pins_path).write({alias: line})
+            where = f"pinned it in {self.pins_path}"
+        except OSError as error:
+            where = f"could not pin it in {self.pins_path} ({error.strerror or error})"
+        self._warn(f"bastion {alias}: trusted its host key {shown} on first use and {where}")
