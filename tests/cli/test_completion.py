@@ -142,8 +142,10 @@ def test_bash_completes_a_partial_command(workdir: Path) -> None:
 
 
 def test_bash_completes_options_of_a_lazily_loaded_command(workdir: Path) -> None:
-    replies, _ = bash_complete(["tpuctl", "status", "--pro"], workdir, {})
+    replies, _ = bash_complete(["tpuctl", "status", "--proj"], workdir, {})
     assert replies == ["--project"]
+    replies, _ = bash_complete(["tpuctl", "status", "--pro"], workdir, {})
+    assert replies == ["--project", "--proxy-jump"]
 
 
 def test_bash_completes_spec_files_and_directories(workdir: Path) -> None:
