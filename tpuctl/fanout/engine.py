@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 64
 _READ = 65536
+FEED_CHUNK = 32768  # stdin (an upload's archive) goes out in slices of this many bytes
 # The longest partial line held for line-wise output; longer ones go out in pieces, each
 # ended by CUT_MARK (an ellipsis) so a reader sees the line was cut, not ended.
 LINE_LIMIT = 65536
@@ -181,8 +182,11 @@ class FanOut:
         shell script reading lines) would otherwise wait for input that never comes."""
         channel = session.channel
         try:
-            if data:
-                channel.sendall(data)
+            offset = 0
+            while data and offset < len(data):
+                # Not channel.sendall: it re-slices what is left after every packet, copying
+                # the rest each time (quadratic in the size, per worker).
+                offset += channel.send(data[offset : offset + FEED_CHUNK])
             channel.shutdown_write()
         except Exception:
             pass  # the worker closed its stdin or the connection: its result says which
