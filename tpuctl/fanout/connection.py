@@ -109,6 +109,16 @@ def _transport_class() -> type[paramiko.Transport]:
             "aes256-ctr",
         )
 
+        def _filter_algorithm(self, type_: str) -> tuple[str, ...]:
+            # Asked ~16 times per handshake with the same answer: computed once per list.
+            if self.disabled_algorithms:
+                return tuple(super()._filter_algorithm(type_))  # type: ignore[misc]
+            return tuple(getattr(self, f"_preferred_{type_}"))
+
+        def _log(self, level: int, msg: Any, *args: Any) -> None:
+            if self.logger.isEnabledFor(level):  # ~33 calls per worker, almost all DEBUG
+                super()._log(level, msg, *args)  # type: ignore[misc]
+
         def __init__(self, sock: Any) -> None:
             super().__init__(sock)
             # No handshake timer thread per connection: start_client(timeout=…) bounds the
