@@ -1,8 +1,11 @@
 """The shell scripts tpuctl runs on workers: detached runs, status, logs, stop, upload, TPU reset.
 
 Every value from a user reaches the remote shell through `shlex.quote` (or `remote_path`);
-the scripts are POSIX sh run by the login shell (bash on TPU VMs). On an emulated worker,
-machine-wide paths live under $TPUCTL_VM_ROOT (unset on a real VM), like the startup script.
+the scripts are run by the login shell (bash on TPU VMs and emulated workers): POSIX sh, except
+the probes run on every worker at once (`ps`, `status --jobs`), which are bash (`bash_script`)
+so that they start no process where a builtin does the job: at 1,024 workers each `cat`,
+`stat`, `tail | tail | tr` is a thousand processes. On an emulated worker, machine-wide paths
+live under $TPUCTL_VM_ROOT (unset on a real VM), like the startup script.
 """
 
 from __future__ import annotations
@@ -61,19 +64,44 @@ def env_exports(env: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
+def bash_script(body: str) -> str:
+    """`body`, a bash script, as a command for the worker's login shell: bash runs it as is;
+    another shell (sh, dash) runs only the first line, which hands the script to bash. A POSIX
+    shell parses and runs a `-c` script one line at a time, so it never parses the bash."""
+    return f'[ -n "${{BASH_VERSION-}}" ] || exec bash -c {shlex.quote(body)}\n{body}'
+
+
+# Bash: `tail_bytes N FILE` sets $buf to FILE's last N bytes (the whole file when it is no
+# longer; empty when it is missing), trailing newlines included, as `tail -c N` prints them.
+# A file of at most N bytes is read by the read builtin; a longer one by one `tail -c`: bash
+# cannot seek, and a log may be gigabytes. Needs LC_ALL=C (read -N counts characters); NUL
+# bytes are dropped, as command substitution drops them.
+TAIL_BYTES = (
+    "tail_bytes() {\n"
+    '  buf=""; [[ -f $2 ]] || return 0\n'
+    '  IFS= read -r -N "$(($1 + 1))" buf 2>/dev/null <"$2" || return 0\n'
+    '  IFS= read -r -N "$1" buf < <(exec tail -c "$1" -- "$2" 2>/dev/null)\n'
+    "}\n"
+)
+
+
 # ------------------------------------------------------------------------------ detached runs
 
 # The session leader of a detached run (setsid; HUP ignored, which is all nohup does when
-# output already goes to a file). It records its pid, runs the command in a subshell (a fork,
-# no exec: cheaper than `bash -c`) with TERM/INT back to their defaults, and records the exit
-# status; with TERM trapped here, a TERM to the process group reaches the command while this
-# shell waits and records the status (143) instead of dying first.
+# output already goes to a file), a bash. It records its pid and start time (`started`: the
+# epoch, from the printf builtin), runs the command in a subshell (a fork, no exec: cheaper
+# than `bash -c`) with TERM/INT back to their defaults, and records the exit status; with TERM
+# trapped here, a TERM to the process group reaches the command while this shell waits and
+# records the status (143) instead of dying first. `exit` is written in place, not renamed
+# into place (no `mv` process): its few bytes arrive in one write, and readers take an empty
+# `exit` for not written yet (`-s`), while this shell, still alive, keeps the run running.
 _WRAPPER = (
     'd=$1; mkdir -p "$d" || exit 1; printf "%s\\n" "$2" >"$d/command"; '
-    'printf "%s\\n" "$$" >"$d/pid"; printf "%s\\n" "$3" >"${d%/*}/latest"; '
+    'printf "%s\\n" "$$" >"$d/pid"; printf "%(%s)T\\n" -1 >"$d/started"; '
+    'printf "%s\\n" "$3" >"${d%/*}/latest"; '
     "trap '' HUP; trap : TERM INT; "
-    '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"$d/log" 2>&1; rc=$?; '
-    'printf "%s\\n" "$rc" >"$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"'
+    '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"$d/log" 2>&1; '
+    'printf "%s\\n" "$?" >"$d/exit"'
 )
 
 
@@ -82,7 +110,8 @@ def start_script(run_id: str, command: str, *, workdir: str | None = None) -> st
 
     A background job of a non-interactive shell is not a process-group leader, so setsid
     execs in place and $! is the session leader: the pid, process group and session id. The
-    run directory is written by the leader itself, so starting costs the worker one fork.
+    run directory is written by the leader itself, so starting costs the worker one fork; the
+    leader's own processes are `mkdir` and the command's subshell.
     """
     check_run_id(run_id)
     # `cd … || exit`, not `cd … && setsid … &`: that would background a subshell, not setsid.
@@ -94,16 +123,22 @@ def start_script(run_id: str, command: str, *, workdir: str | None = None) -> st
     )
 
 
-def _resolve_run(run_id: str | None) -> str:
-    chosen = shlex.quote(check_run_id(run_id)) if run_id else '"$(cat "$R/latest" 2>/dev/null)"'
+def _resolve_run(run_id: str | None, *, pid: bool = True) -> str:
+    """POSIX sh: `$R` (the runs), `$id` (the run: `run_id`, else the latest), `$d` (its
+    directory) and, with `pid`, `$pid`; exits after `state=none run=…` when there is no such
+    run. Files are read by the read builtin (stderr redirected first: a missing file is no
+    error), not `$(cat …)`, a process each."""
+    latest = '""; read -r id 2>/dev/null <"$R/latest"'
+    chosen = shlex.quote(check_run_id(run_id)) if run_id else latest
     return (
         f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
         'if [ -z "$id" ] || [ ! -d "$d" ]; then echo "state=none run=$id"; exit 0; fi; '
-        'pid=$(cat "$d/pid" 2>/dev/null); '
+        + ('pid=""; read -r pid 2>/dev/null <"$d/pid"; ' if pid else "")
     )
 
 
-# Alive: the session leader, or anything left in its process group or session.
+# Alive: the session leader, or anything left in its process group or session (pgrep, a
+# process, only once both builtin kills have found nothing).
 _ALIVE = (
     'alive() { [ -n "$pid" ] && { kill -0 "$pid" 2>/dev/null || kill -0 -- "-$pid" 2>/dev/null '
     '|| pgrep -s "$pid" >/dev/null 2>&1; }; }; '
@@ -112,16 +147,26 @@ _ALIVE = (
 
 def status_script(run_id: str | None) -> str:
     """A line `state=running|exited|stopped|unknown|none run=… pid=… exit=… started=<epoch>`,
-    then `last=<the log's last line>`."""
-    return (
-        _resolve_run(run_id)
+    then `last=<the log's last line>` (from its last 2 KiB, carriage returns removed).
+
+    Bash, with builtins only for a run started by this version whose log is at most 2 KiB
+    (one `tail -c` for a longer log; one `stat` for a run without a `started` file).
+    """
+    return bash_script(
+        "LC_ALL=C; "
+        + _resolve_run(run_id)
         + _ALIVE
-        + 'if [ -f "$d/exit" ]; then s=exited; elif alive; then s=running; '
-        'elif [ -f "$d/stopped" ]; then s=stopped; else s=unknown; fi; '
-        'printf "state=%s run=%s pid=%s exit=%s started=%s\\n" "$s" "$id" "$pid" '
-        '"$(cat "$d/exit" 2>/dev/null)" "$(stat -c %Y "$d/pid" 2>/dev/null)"; '
-        # The log's last line (from its last 2 KiB: a line may be long), on a line of its own.
-        'printf "last=%s\\n" "$(tail -c 2048 "$d/log" 2>/dev/null | tail -n 1 | tr -d "\\r")"'
+        + "if [[ -s $d/exit ]]; then s=exited; elif alive; then s=running; "
+        "elif [[ -f $d/stopped ]]; then s=stopped; else s=unknown; fi; "
+        'e=""; read -r e 2>/dev/null <"$d/exit"; '
+        't=""; read -r t 2>/dev/null <"$d/started"; '
+        # A run started before the `started` file: its pid file's mtime.
+        '[[ -n $t ]] || t=$(exec stat -c %Y -- "$d/pid" 2>/dev/null); '
+        'printf "state=%s run=%s pid=%s exit=%s started=%s\\n" "$s" "$id" "$pid" "$e" "$t"\n'
+        + TAIL_BYTES
+        # The log's last line (`tail -n 1`: a final newline ends it), on a line of its own.
+        + "tail_bytes 2048 \"$d/log\"; t=${buf%$'\\n'}; t=${t##*$'\\n'}; t=${t//$'\\r'/}\n"
+        "printf 'last=%s\\n' \"$t\"\n"
     )
 
 
@@ -129,7 +174,7 @@ def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
     """The last `lines` of the run's log (None: all of it); with `follow`, until the run's
     process ends."""
     return (
-        _resolve_run(run_id)
+        _resolve_run(run_id, pid=follow)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
         + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )

@@ -1,5 +1,7 @@
-"""The worker side of job control: the POSIX sh scripts that deliver the code, read the job's
-status, stop it and run the startup script again on a worker.
+"""The worker side of job control: the scripts that deliver the code, read the job's status,
+stop it and run the startup script again on a worker: POSIX sh, except the status probe, run on
+every worker by `status --jobs`, `ps --job` and `up`, which is bash that starts no process
+(tpuctl.fanout.remote.bash_script).
 
 They speak the worker contract (tpuctl.worker); every value from a spec reaches the shell
 through `shlex.quote`. On an emulated worker, machine-wide paths live under $TPUCTL_VM_ROOT.
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
 from tpuctl.errors import UsageError
-from tpuctl.fanout.remote import receive_archive, tail_command
+from tpuctl.fanout.remote import TAIL_BYTES, bash_script, receive_archive, tail_command
 
 if TYPE_CHECKING:
     from tpuctl.spec.model import Spec
@@ -120,18 +122,32 @@ def _rerun_prelude(run_name: str) -> str:
     return f"log={log}\n" + _RERUN
 
 
-# Whether `$pid` leads its own process group and session: the trainer does (setsid), a reused
-# pid rarely does. Also reads the status file into shell variables.
-_READ_STATUS = (
-    'st="$d/status"; state=""; pid=""\n'
-    'if [ -r "$st" ]; then state=$(sed -n "s/^state=//p" "$st"); '
-    'pid=$(sed -n "s/^pid=//p" "$st"); fi\n'
-    "leader() {\n"
-    '  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1\n'
-    "  ids=$(sed 's/^.*) //' \"/proc/$pid/stat\" | cut -d' ' -f3,4) || return 1\n"
-    '  [ "$ids" = "$pid $pid" ]\n'
-    "}\n"
-)
+def _read_status(*, show: bool = False) -> str:
+    """POSIX sh that reads the status file into `$state` and `$pid` (with `show`, also prints
+    its lines as `status.KEY=value`) and defines `leader`: whether `$pid` leads its own process
+    group and session, as the trainer does (setsid) and a reused pid rarely does. Builtins only:
+    the read builtin and parameter expansion, where sed and cut were a process each."""
+    echo = "printf 'status.%s\\n' \"$line\"; " if show else ""
+    return (
+        'st="$d/status"; state=""; pid=""\n'
+        'if [ -r "$st" ]; then\n'
+        '  while IFS= read -r line || [ -n "$line" ]; do\n'
+        f"    {echo}case $line in state=*) state=${{line#state=}} ;; "
+        "pid=*) pid=${line#pid=} ;; esac\n"
+        '  done <"$st"\n'
+        "fi\n"
+        "leader() {\n"
+        '  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1\n'
+        # /proc/PID/stat: `PID (COMM) STATE PPID PGRP SESSION …`; COMM may hold `) `.
+        '  ids=""; read -r ids 2>/dev/null <"/proc/$pid/stat"\n'
+        '  ids=${ids##*") "}; ids=${ids#* }; ids=${ids#* }\n'
+        '  [ "${ids%% *}" = "$pid" ] || return 1\n'
+        '  ids=${ids#* }; [ "${ids%% *}" = "$pid" ]\n'
+        "}\n"
+    )
+
+
+_READ_STATUS = _read_status()
 
 
 def _stop_group(grace: float) -> str:
@@ -199,18 +215,35 @@ def deliver_script(spec: Spec, sha256: str | None) -> str:
 def probe_script(run_name: str) -> str:
     """Prints the worker's clock (`now=`), the status file as `status.KEY=value`, the boot
     count file (`bootfile=`), whether the trainer's process group is alive (`alive=`) and the
-    job log's last line from the trainer (`last=`, from its last 4 KiB)."""
+    job log's last line from the trainer (`last=`, from its last 4 KiB).
+
+    Bash, run on every worker at once: builtins only (the clock from printf, files through the
+    read builtin), but for one `tail -c` when the log is longer than 4 KiB.
+    """
     log = _on_vm(contract.log_path(check_run_name(run_name), None))
-    return (
-        f"d={_state_dir(check_run_name(run_name))}\n" + _READ_STATUS + 'echo "now=$(date +%s)"\n'
-        'if [ -r "$st" ]; then sed "s/^/status./" "$st"; fi\n'
-        'b=$(cat "$d/boot" 2>/dev/null) && echo "bootfile=$b"\n'
+    return bash_script(
+        "LC_ALL=C\n"
+        "printf 'now=%(%s)T\\n' -1\n"
+        f"d={_state_dir(check_run_name(run_name))}\n"
+        + _read_status(show=True)
+        # `true`: an empty file is read too (read fails at its end); only a missing one is not.
+        + 'b=""; if { read -r b; true; } 2>/dev/null <"$d/boot"; then '
+        'echo "bootfile=$b"; fi\n'
         "if leader; then echo alive=1; else echo alive=0; fi\n"
-        # The trainer's last line (not the supervisor's own), else the log's last line.
-        f"l={log}\n"
-        'last=$(tail -c 4096 "$l" 2>/dev/null | grep -av " tpuctl-startup: " | tail -n 1)\n'
-        '[ -n "$last" ] || last=$(tail -c 2048 "$l" 2>/dev/null | tail -n 1)\n'
-        'printf "last=%s\\n" "$(printf %s "$last" | tr -d "\\r")"\n'
+        + TAIL_BYTES
+        + f"tail_bytes 4096 {log}\n"
+        # The trainer's last line (not the supervisor's own), as `grep -v … | tail -n 1`;
+        # none, or an empty one: the log's last line (from its last 2 KiB).
+        + 't=${buf%$\'\\n\'}; mapfile -t lines <<<"$t"; last=""\n'
+        "for ((i = ${#lines[@]} - 1; i >= 0; i--)); do\n"
+        '  [[ ${lines[i]} == *" tpuctl-startup: "* ]] || { last=${lines[i]}; break; }\n'
+        "done\n"
+        "if [[ -z $last ]]; then\n"
+        "  (( ${#buf} <= 2048 )) || buf=${buf:${#buf}-2048}\n"
+        "  t=${buf%$'\\n'}; last=${t##*$'\\n'}\n"
+        "fi\n"
+        "last=${last//$'\\r'/}\n"
+        "printf 'last=%s\\n' \"$last\"\n"
     )
 
 

@@ -1,0 +1,164 @@
+"""The detached-run scripts of tpuctl.fanout.remote run locally against a run directory: what
+`ps` reports (from builtins alone), under bash and under a POSIX sh, and what a detached run
+leaves behind for it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tpuctl.fanout import remote
+from tpuctl.fanout.remote import RunState
+
+BASH = shutil.which("bash") or "/bin/bash"
+SHELLS = [shell for shell in ("sh", "dash", "bash") if shutil.which(shell)]
+SUPERVISOR = " tpuctl-startup: "
+
+
+def _run(script: str, home: Path, *, shell: str = "bash", path: str | None = None) -> bytes:
+    env = {"HOME": str(home), "PATH": os.environ["PATH"] if path is None else path}
+    done = subprocess.run(
+        [shell, "-c", script], env=env, capture_output=True, timeout=30, check=False
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return done.stdout
+
+
+def _make_run(home: Path, run_id: str, *, latest: bool = True, **files: str | bytes) -> Path:
+    run = home / ".tpuctl" / "runs" / run_id
+    run.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (run / name).write_bytes(data)
+    if latest:
+        (home / ".tpuctl" / "runs" / "latest").write_text(run_id + "\n")
+    return run
+
+
+@pytest.fixture
+def leader() -> Iterator[int]:
+    """A live session leader, not our child (so no zombie outlives it), killed at the end."""
+    out = subprocess.run(
+        ["sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pid = int(out)
+    yield pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 9)
+
+
+def test_ps_reads_a_finished_run_with_no_program_on_the_path(tmp_path: Path) -> None:
+    _make_run(
+        tmp_path, "r1", pid="999999\n", exit="3\n", started="1700000000\n",
+        log="first\r\nsecond\r\n",
+    )  # fmt: skip
+    shown = _run(remote.status_script(None), tmp_path, shell=BASH, path=str(tmp_path / "nobin"))
+    assert shown == b"state=exited run=r1 pid=999999 exit=3 started=1700000000\nlast=second\n"
+    state = remote.parse_state(shown.decode())
+    assert state is not None and (state.state, state.exit_code, state.last_line) == (
+        "exited", 3, "second",
+    )  # fmt: skip
+    assert state.started is not None and state.started.timestamp() == 1700000000
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_ps_states_under_every_shell(tmp_path: Path, leader: int, shell: str) -> None:
+    def state(run_id: str | None) -> RunState | None:
+        return remote.parse_state(
+            _run(remote.status_script(run_id), tmp_path, shell=shell).decode()
+        )
+
+    none = state(None)  # no run at all
+    assert none is not None and (none.state, none.run) == ("none", None)
+    _make_run(tmp_path, "live", pid=f"{leader}\n", log="working\n")
+    # `exit` empty: the leader is writing it, and the run is still running.
+    _make_run(tmp_path, "writing", latest=False, pid=f"{leader}\n", exit="")
+    _make_run(tmp_path, "killed", latest=False, pid="999999\n", stopped="")
+    _make_run(tmp_path, "lost", latest=False, pid="999999\n")
+    running = state(None)
+    assert running is not None and (running.state, running.run, running.pid) == (
+        "running", "live", leader,
+    )  # fmt: skip
+    assert running.last_line == "working"
+    assert [getattr(state(run), "state", None) for run in ("writing", "killed", "lost", "x")] == [
+        "running", "stopped", "unknown", "none",
+    ]  # fmt: skip
+
+
+def test_ps_of_a_run_started_before_the_started_file(tmp_path: Path) -> None:
+    run = _make_run(tmp_path, "old", pid="999999\n", exit="0\n")
+    os.utime(run / "pid", (1600000000, 1600000000))
+    state = remote.parse_state(_run(remote.status_script("old"), tmp_path).decode())
+    assert state is not None and state.started is not None
+    assert state.started.timestamp() == 1600000000  # the pid file's mtime, as it always was
+
+
+def _tail_last_line(data: bytes, window: int = 2048) -> bytes:
+    """`tail -c WINDOW | tail -n 1`, without the newline."""
+    tail = data[-window:]
+    return (tail[:-1] if tail.endswith(b"\n") else tail).rpartition(b"\n")[2]
+
+
+LOG_PIECES = st.sampled_from(
+    [b"", b"step 7 loss 0.5", b"\r", b"50%\r100%", "é€".encode(), b"\xff\xfe", b" x ",
+     b"12:00:00" + SUPERVISOR.encode() + b"waiting", b"y" * 2500, b"z" * 1100, b"\\n %s"]
+)  # fmt: skip
+LOGS = st.builds(
+    lambda pieces, end: b"\n".join(pieces) + end,
+    st.lists(LOG_PIECES, max_size=12),
+    st.sampled_from([b"", b"\n", b"\n\n", b"\r\n"]),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(LOGS)
+def test_ps_last_line_is_what_tail_gives(log: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:  # a fresh HOME for each example
+        home = Path(directory)
+        _make_run(home, "r1", pid="999999\n", exit="0\n", started="1\n", log=log)
+        shown = _run(remote.status_script("r1"), home).split(b"\n")
+    assert shown[1] == b"last=" + _tail_last_line(log).replace(b"\r", b"")
+
+
+def test_a_long_log_is_read_by_one_tail(tmp_path: Path) -> None:
+    log = b"".join(b"step %d\n" % step for step in range(200_000)) + b"last\r\n"
+    _make_run(tmp_path, "r1", pid="999999\n", exit="0\n", started="1\n", log=log)
+    assert _run(remote.status_script("r1"), tmp_path).endswith(b"\nlast=last\n")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_detached_run_records_what_ps_reads(tmp_path: Path, shell: str) -> None:
+    before = int(time.time())
+    started = _run(remote.start_script("r9", "echo out; exit 5"), tmp_path, shell=shell)
+    assert started.startswith(b"started ")
+    run = tmp_path / ".tpuctl" / "runs" / "r9"
+    deadline = time.monotonic() + 10
+    while not (run / "exit").exists() or not (run / "exit").read_text():
+        assert time.monotonic() < deadline, "the run did not record its exit"
+        time.sleep(0.02)
+    assert (run / "exit").read_text() == "5\n" and not (run / "exit.tmp").exists()
+    assert (run / "pid").read_text() == started.split()[1].decode() + "\n"
+    assert before <= int((run / "started").read_text()) <= time.time() + 1
+    state = remote.parse_state(_run(remote.status_script(None), tmp_path, shell=shell).decode())
+    assert state is not None
+    assert (state.state, state.run, state.exit_code, state.last_line) == ("exited", "r9", 5, "out")
+
+
+def test_logs_needs_no_pid_unless_it_follows(tmp_path: Path) -> None:
+    _make_run(tmp_path, "r1", log="a\nb\nc\n")
+    assert _run(remote.logs_script(None, 2, follow=False), tmp_path) == b"b\nc\n"
+    assert "pid" not in remote.logs_script(None, 2, follow=False)
+    assert '--pid="$pid"' in remote.logs_script("r1", 2, follow=True)
