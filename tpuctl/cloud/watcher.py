@@ -256,8 +256,12 @@ class Watcher:
 
     def _decide_blind(self, now: float) -> Outcome | None:
         """The deadlines, from the last state seen (or, never seen, the queueing one)."""
+        return self._deadline_passed(self.last.state if self.last is not None else UNKNOWN, now)
+
+    def _deadline_passed(self, state: str, now: float) -> Outcome | None:
+        """The deadline `state` has run past, if any (UNKNOWN counts as queueing, from the
+        start: a state never seen)."""
         policy = self.policy
-        state = self.last.state if self.last is not None else UNKNOWN
         if policy.overall_timeout is not None and now - self._start >= policy.overall_timeout:
             return Outcome.DEADLINE
         if state in QUEUE_STATES or state == UNKNOWN:
@@ -314,23 +318,7 @@ class Watcher:
             return Outcome.FAILED
         if state in SUSPENDED_STATES and policy.until != "SUSPENDED":
             return Outcome.SUSPENDED
-        if policy.overall_timeout is not None and now - self._start >= policy.overall_timeout:
-            return Outcome.DEADLINE
-        if (
-            state in QUEUE_STATES
-            and policy.queue_timeout is not None
-            and self._queue_since is not None
-            and now - self._queue_since >= policy.queue_timeout
-        ):
-            return Outcome.QUEUE_DEADLINE
-        if (
-            state in PROVISION_STATES
-            and policy.provision_timeout is not None
-            and self._provision_since is not None
-            and now - self._provision_since >= policy.provision_timeout
-        ):
-            return Outcome.PROVISION_DEADLINE
-        return None
+        return self._deadline_passed(state, now)
 
     def _deadlines(self) -> list[float]:
         """The monotonic times the deadlines of the current (or last seen) state fall at."""
