@@ -12,7 +12,8 @@ from typing import Any
 import grpc
 
 from tpuctl.emulator.access import Access, Profile
-from tpuctl.emulator.status import ApiError, invalid
+from tpuctl.emulator.service import unary_handler
+from tpuctl.emulator.status import invalid
 
 log = logging.getLogger("tpuctl.emulator")
 
@@ -119,18 +120,4 @@ class OsLoginServicer:
         fn: Callable[[Any], Any],
         serialize: Callable[[Any], bytes],
     ) -> grpc.RpcMethodHandler:
-        check = self._check
-
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                check(method, request)
-                return fn(request)
-            except ApiError as error:
-                context.abort(error.code, error.message)
-            except Exception as error:
-                log.exception("%s failed", method)
-                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {error}")
-
-        return grpc.unary_unary_rpc_method_handler(
-            call, request_deserializer=deserialize, response_serializer=serialize
-        )
+        return unary_handler(method, self._check, deserialize, fn, serialize)

@@ -233,21 +233,7 @@ class TpuServicer:
         fn: Handler,
         serialize: Callable[[Any], bytes],
     ) -> grpc.RpcMethodHandler:
-        faults = self._faults
-
-        def call(request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                faults.check(method, request)
-                return fn(request)
-            except ApiError as error:
-                context.abort(error.code, error.message)
-            except Exception as error:
-                log.exception("%s failed", method)
-                context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {error}")
-
-        return grpc.unary_unary_rpc_method_handler(
-            call, request_deserializer=deserialize, response_serializer=serialize
-        )
+        return unary_handler(method, self._faults.check, deserialize, fn, serialize)
 
 
 def _serialize_pb(message: Any) -> bytes:
@@ -258,3 +244,28 @@ def _serialize_pb(message: Any) -> bytes:
 def _empty(action: Callable[[str], None], name: str) -> empty_pb2.Empty:
     action(name)
     return empty_pb2.Empty()
+
+
+def unary_handler(
+    method: str,
+    check: Callable[[str, Any], None],
+    deserialize: Callable[[bytes], Any],
+    fn: Callable[[Any], Any],
+    serialize: Callable[[Any], bytes],
+) -> grpc.RpcMethodHandler:
+    """One unary RPC: the fault injector's `check` first, then `fn`; an ApiError is the
+    status it names, anything else INTERNAL (logged)."""
+
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            check(method, request)
+            return fn(request)
+        except ApiError as error:
+            context.abort(error.code, error.message)
+        except Exception as error:
+            log.exception("%s failed", method)
+            context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {error}")
+
+    return grpc.unary_unary_rpc_method_handler(
+        call, request_deserializer=deserialize, response_serializer=serialize
+    )
