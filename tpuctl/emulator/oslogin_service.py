@@ -5,7 +5,6 @@ tpuctl.emulator.access, which the workers' SSH servers consult."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,8 +13,6 @@ import grpc
 from tpuctl.emulator.access import Access, Profile
 from tpuctl.emulator.service import unary_handler
 from tpuctl.emulator.status import invalid
-
-log = logging.getLogger("tpuctl.emulator")
 
 OS_LOGIN_SERVICE = "google.cloud.oslogin.v1.OsLoginService"
 
