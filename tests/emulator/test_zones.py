@@ -20,6 +20,7 @@ from tests.emulator.helpers import (
     unique,
     wait_state,
 )
+from tests.support import wait_for
 from tpuctl.emulator.testing import EmulatorProcess
 
 pytestmark = pytest.mark.emulator
@@ -89,8 +90,9 @@ def test_the_same_names_in_two_zones_are_two_queued_resources_with_vms_of_their_
     addresses = [node.network_endpoints[0].ip_address for node in nodes]
     assert addresses[0] != addresses[1]
     # Each booted on VMs of its own: the second one's are kept under the id and its zone.
-    assert boots(tmp_path, node_id) == [1]
-    assert boots(tmp_path, f"{node_id}.{second}") == [1]
+    # (ACTIVE comes as the VMs boot, not once their startup scripts have run.)
+    for key in (node_id, f"{node_id}.{second}"):
+        wait_for(lambda key=key: boots(tmp_path, key) == [1], what=f"{key} to boot once")
     # Within one zone the node id stays taken.
     parent = f"projects/{project}/locations/{first}"
     with pytest.raises(Exception, match="node"):
