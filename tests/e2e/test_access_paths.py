@@ -45,6 +45,15 @@ def test_up_survives_a_preemption_through_the_access_path(
     job.start_up(*flags)
     job.wait_running()
     wait_for(lambda: any(step >= 20 for step in job.complete_steps()), what="steps 20+")
+    if path == "iap-tunnel":  # the workers really have no address the tunnel could skip
+        api = job.project.api()
+        ends = [
+            endpoint
+            for node in api.list_nodes()
+            if node.name.rsplit("/", 1)[-1] in job.node_ids()
+            for endpoint in node.network_endpoints
+        ]
+        assert len(ends) == 4 and not any(end.access_config.external_ip for end in ends)
     before = job.cli("ssh", str(job.spec), *flags, "--format", "json", "--", "echo $USER")
     assert before.exit_code == 0, before.stderr
     rows = by_label(before)
