@@ -131,3 +131,24 @@ def test_ctrl_c_during_a_delete_that_retries_prints_its_one_json_object(
     assert process.returncode == 130, "".join(seen) + err
     document = json.loads(out)  # exactly one JSON object on stdout
     assert document["kind"] == "Error" and document["error"]["kind"] == "interrupted"
+
+
+def test_an_operation_is_polled_quickly_at_first_then_once_a_second() -> None:
+    """Most operations end within a second: the first polls come after 0.1 s, 0.2 s, 0.4 s…,
+    and a slow one is never asked more than once a second."""
+    api = TpuApi(client=None, location=Location("p", "z"))
+    pauses: list[float] = []
+
+    class Slow:
+        polls = 0
+
+        def done(self, retry: Any) -> bool:
+            self.polls += 1
+            return self.polls > 7
+
+        def result(self, timeout: float) -> None:
+            return None
+
+    with mock.patch("tpuctl.cloud.client.time.sleep", pauses.append):
+        assert api.wait_operation(Slow(), timeout=600, action="create", target="qr")
+    assert pauses == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]

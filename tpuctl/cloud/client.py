@@ -120,8 +120,12 @@ def retry_seconds(environ: Mapping[str, str] | None = None) -> float:
 # A call failing for longer than this is said on stderr (through TpuApi.on_retry), and again
 # every NOTICE_EVERY seconds while it goes on.
 NOTICE_AFTER = 3.0
-OPERATION_POLL_SECONDS = 1.0
 NOTICE_EVERY = 30.0
+# A long-running operation is polled after 0.1 s, then each pause doubles up to 1 s: most
+# operations end within a second (a create is accepted at once), and a slow one costs at most
+# one Get a second, as before.
+OPERATION_POLL_FIRST = 0.1
+OPERATION_POLL_MAX = 1.0
 
 
 class RetryNotice:
@@ -448,12 +452,14 @@ class TpuApi:
         """
         deadline = time.monotonic() + timeout
         retry = self._read_retry(f"waiting for the {action} of {target}")
+        pause = OPERATION_POLL_FIRST
         with api_errors(action, target):
             while not operation.done(retry=retry):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                time.sleep(min(OPERATION_POLL_SECONDS, left))
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, OPERATION_POLL_MAX)
             operation.result(timeout=0)  # done: raise its error, if it ended in one
         return True
 
