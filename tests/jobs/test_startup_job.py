@@ -322,3 +322,30 @@ def test_setup_failure_is_reported_by_status_and_ps(make_job_qr: MakeQR, project
     assert ps.json()["run"] == qr.run_name
     human = tpuctl("ps", qr.name, "--job", env=wide)
     assert "setup-failed" in human.stdout
+
+
+def test_a_job_that_ended_is_not_launched_again_in_the_same_boot(make_job_qr: MakeQR) -> None:
+    """A short job with a side effect (one line appended per run) ends in boot 1; delivering
+    it again (as `up` does) reruns the startup script, which must not run the job twice. A
+    restart does run it again, as asked."""
+    command = 'echo ran >>"$HOME/counter"'
+    qr = make_job_qr({"command": command})
+    counter = qr.job_home(0, 0) / "counter"
+    qr.wait_states("exited", boot=1)
+    assert counter.read_text() == "ran\n"
+
+    for _ in range(2):
+        again = jobs.deliver_and_start(qr.fleet, qr.spec)
+        assert again.exit_code == 0, [w.to_dict() for w in again]
+    rerun_log = qr.vm_root(0, 0) / "var/log/tpuctl" / qr.run_name / "startup-rerun.log"
+    wait_for(
+        lambda: rerun_log.exists() and rerun_log.read_text().count("not launching it again") == 2,
+        30,
+        "both reruns to decide",
+    )
+    [status] = qr.statuses()
+    assert (status.state, status.boot, status.exit_code) == ("exited", 1, 0)
+    assert counter.read_text() == "ran\n"
+
+    jobs.restart_job(qr.fleet, qr.spec)
+    wait_for(lambda: counter.read_text() == "ran\nran\n", 30, "the restart to run it again")

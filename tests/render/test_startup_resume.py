@@ -234,6 +234,8 @@ def test_a_rerun_by_tpuctl_is_the_same_boot(
     job_spec: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """tpuctl's rerun is not a new boot, and does not launch a job that already ran in this
+    boot (a job with side effects would run twice); a restart does, and a new boot does."""
     spec = job_spec('echo "$TPUCTL_BOOT" >>"$HOME/boots"')
     worker = make_worker("demo")
     script = render_startup_script(spec)
@@ -242,7 +244,12 @@ def test_a_rerun_by_tpuctl_is_the_same_boot(
     assert worker.wait_for_state("exited")["boot"] == "1"
     result = worker.run(script)
     assert "rerun in boot 1 of run demo" in result.stderr
+    assert "launched in this boot already and ended; not launching it again" in result.stderr
     assert worker.wait_for_state("exited")["boot"] == "1"
+    monkeypatch.setenv("TPUCTL_STARTUP_RESTART", "1")
+    worker.run(script)
+    assert worker.wait_for_state("exited")["boot"] == "1"
+    monkeypatch.delenv("TPUCTL_STARTUP_RESTART")
     monkeypatch.delenv("TPUCTL_STARTUP_RERUN")
     worker.run(script)
     assert worker.wait_for_state("exited")["boot"] == "2"

@@ -50,7 +50,8 @@ _AS_ROOT = (
     'as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n env '
     '${TPUCTL_VM_ROOT:+"TPUCTL_VM_ROOT=$TPUCTL_VM_ROOT"} '
     '${GCE_METADATA_HOST:+"GCE_METADATA_HOST=$GCE_METADATA_HOST"} '
-    '${TPUCTL_STARTUP_RERUN:+"TPUCTL_STARTUP_RERUN=$TPUCTL_STARTUP_RERUN"} "$@"; fi; }\n'
+    '${TPUCTL_STARTUP_RERUN:+"TPUCTL_STARTUP_RERUN=$TPUCTL_STARTUP_RERUN"} '
+    '${TPUCTL_STARTUP_RESTART:+"TPUCTL_STARTUP_RESTART=$TPUCTL_STARTUP_RESTART"} "$@"; fi; }\n'
 )
 
 
@@ -254,7 +255,13 @@ def stop_script(run_name: str, grace: float) -> str:
         + f"d={_state_dir(run_name)}\n"
         + _READ_STATUS
         + _stop_group(grace)
-        + 'if stop_group; then echo "state=stopped pid=$pid signal=$signal"; '
+        # Stopped by a person in this boot: the startup script may launch it again when asked
+        # (a delivery); a job that ended by itself is not launched twice in one boot.
+        + "mark_stopped() {\n"
+        '  b=""; { read -r b; true; } 2>/dev/null <"$d/boot"\n'
+        '  printf \'%s\\n\' "$b" | as_root tee "$d/stopped" >/dev/null 2>&1 || true\n'
+        "}\n"
+        'if stop_group; then mark_stopped; echo "state=stopped pid=$pid signal=$signal"; '
         'else echo "state=not-running pid=$pid"; fi\n'
     )
 
@@ -279,6 +286,7 @@ def restart_script(run_name: str, grace: float) -> str:
         f'  as_root flock -w {LOCK_WAIT_SECONDS} "$lock" true || '
         '{ echo "the startup lock is still held" >&2; exit 1; }\n'
         "fi\n"
+        "TPUCTL_STARTUP_RESTART=1; export TPUCTL_STARTUP_RESTART\n"
         "rerun_startup\n"
     )
 

@@ -304,6 +304,19 @@ fi
 BOOT_LOG="$LOG_DIR/boot-$BOOT.log"
 : >>"$BOOT_LOG"
 ln -sfn "boot-$BOOT.log" "$LOG_DIR/current.log"
+# A job launched in this boot is launched once: tpuctl running the script again (a delivery, a
+# second `tpuctl up`) after the job ended by itself must not run it twice (an export, an
+# upload, an append would happen twice). Only a restart (TPUCTL_STARTUP_RESTART=1), or a stop
+# by `tpuctl stop` in this boot, lets it launch again; its status stays as the job left it.
+if [[ $RUN_KIND != boot && ${TPUCTL_STARTUP_RESTART:-} != 1 ]]; then
+  LAUNCHED_IN=$(cat "$STATE_DIR/launched" 2>/dev/null || true)
+  STOPPED_IN=$(cat "$STATE_DIR/stopped" 2>/dev/null || true)
+  if [[ $LAUNCHED_IN == "$BOOT" && $STOPPED_IN != "$BOOT" ]]; then
+    log "$RUN_KIND $BOOT of run $RUN_NAME: the job was launched in this boot already and" \
+      "ended; not launching it again (tpuctl restart relaunches it)"
+    exit 0
+  fi
+fi
 write_status
 log "$RUN_KIND $BOOT of run $RUN_NAME (spec $SPEC_NAME," \
   "framework $FRAMEWORK, autocheckpoint $AUTOCHECKPOINT)"
@@ -531,6 +544,7 @@ elif [[ -n $FLAGS ]]; then
   JOB_COMMAND+=" $FLAGS"
 fi
 (umask 077 && printf '%s' "$JOB_COMMAND" >"$STATE_DIR/command")
+printf '%s\n' "$BOOT" >"$STATE_DIR/.launched.tmp" && mv -f "$STATE_DIR/.launched.tmp" "$STATE_DIR/launched"
 UNIT=""
 if [[ -d $VM_ROOT/run/systemd/system ]] && command -v systemd-run >/dev/null; then
   UNIT="tpuctl-$RUN_NAME-boot$BOOT"
