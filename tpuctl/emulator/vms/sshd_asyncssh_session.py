@@ -23,10 +23,10 @@ import asyncssh
 from asyncssh import DataType
 from asyncssh.channel import SSHChannel
 
-from tpuctl.emulator import sshd, vm
+from tpuctl.emulator.vms import sshd, vm
 
 if TYPE_CHECKING:
-    from tpuctl.emulator.sshd_asyncssh import AsyncSshEndpoint
+    from tpuctl.emulator.vms.sshd_asyncssh import AsyncSshEndpoint
 
 _READ_CHUNK = 64 * 1024
 _SETSID = shutil.which("setsid") or "/usr/bin/setsid"

@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpuctl.emulator import firewall, vm
-from tpuctl.emulator import metadata as metadata_server
-from tpuctl.emulator.access import Access
+from tpuctl.emulator.vms import firewall, vm
+from tpuctl.emulator.vms import metadata as metadata_server
+from tpuctl.emulator.vms.access import Access
 from tpuctl.topology import AcceleratorError, parse_accelerator
 
 if TYPE_CHECKING:
     import asyncssh
 
-    from tpuctl.emulator.sshd_asyncssh import AsyncSshEndpoint
-    from tpuctl.emulator.sshd_openssh import OpenSshEndpoint
-    from tpuctl.emulator.workers import WorkerPlane
+    from tpuctl.emulator.vms.sshd_asyncssh import AsyncSshEndpoint
+    from tpuctl.emulator.vms.sshd_openssh import OpenSshEndpoint
+    from tpuctl.emulator.vms.workers import WorkerPlane
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class PlaneWorker:
     async def serve_asyncssh(
         self, options: asyncssh.SSHServerConnectionOptions, reaper: vm.ChildReaper
     ) -> None:
-        from tpuctl.emulator import sshd_asyncssh
+        from tpuctl.emulator.vms import sshd_asyncssh
 
         assert self.host_key is not None
         endpoint = sshd_asyncssh.AsyncSshEndpoint(
@@ -175,7 +175,7 @@ class PlaneWorker:
         self.endpoint = endpoint
 
     async def serve_openssh(self, shim_home: Path) -> None:
-        from tpuctl.emulator import sshd_openssh
+        from tpuctl.emulator.vms import sshd_openssh
 
         assert self.host_key is not None
         endpoint = sshd_openssh.OpenSshEndpoint(
@@ -194,7 +194,7 @@ class PlaneWorker:
     def refresh_authorized_keys(self) -> None:
         """OpenSSH reads keys from files: rewrite them from the node's `ssh-keys` (asyncssh
         asks the node at each login instead)."""
-        from tpuctl.emulator import sshd_openssh
+        from tpuctl.emulator.vms import sshd_openssh
 
         if isinstance(self.endpoint, sshd_openssh.OpenSshEndpoint):
             self.endpoint.write_authorized_keys(self.node.keys)
@@ -237,7 +237,7 @@ class PlaneNode:
         return f"{self.workers[0].ip}:{metadata_server.COORDINATOR_PORT}"
 
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         # Replace, never mutate: the loop thread reads these without the node lock.
         self.keys = sshd.parse_ssh_keys(metadata.get("ssh-keys", ""))
@@ -249,7 +249,7 @@ class PlaneNode:
         """The keys `user` may log in with: with OS Login on (the node's metadata, else its
         project's), only the unexpired keys the OS Login API holds for that POSIX user; else
         the node's `ssh-keys` metadata."""
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         if self.access.os_login(self.identity.project, self.metadata):
             imported = self.access.oslogin_keys(user)
