@@ -11,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tpuctl.emulator.vms import firewall, vm
 from tpuctl.emulator.vms import metadata as metadata_server
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from tpuctl.emulator.vms.sshd_asyncssh import AsyncSshEndpoint
     from tpuctl.emulator.vms.sshd_openssh import OpenSshEndpoint
-    from tpuctl.emulator.vms.workers import WorkerPlane
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,25 @@ class WorkerInfo:
     host_key: str  # the public host key line, "ssh-ed25519 AAAA..."
 
 
+class HostPlane(Protocol):
+    """What a worker VM needs from the worker plane that runs it (workers.WorkerPlane), as a
+    Protocol so that this module does not import workers.py, which imports it."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def ssh_port(self) -> int: ...
+
+    @property
+    def metadata_port(self) -> int: ...
+
+    def is_worker_ip(self, address: str) -> bool: ...
+
+
 def chips_per_vm(accelerator_type: str) -> int:
     try:
         return parse_accelerator(accelerator_type).chips_per_vm
@@ -63,7 +81,7 @@ def chips_per_vm(accelerator_type: str) -> int:
 class PlaneWorker:
     """One emulated TPU VM (implements sshd_asyncssh.SessionHost)."""
 
-    def __init__(self, plane: WorkerPlane, node: PlaneNode, index: int, ip: str) -> None:
+    def __init__(self, plane: HostPlane, node: PlaneNode, index: int, ip: str) -> None:
         self.plane = plane
         self.node = node
         self.index = index
