@@ -20,7 +20,7 @@ from tests.harness import Project, project_in
 from tests.support import AMBIENT, OFFLINE
 
 if TYPE_CHECKING:  # grpc is imported only by sessions that use the emulator
-    from tpuctl.emulator.testing import EmulatorProcess
+    from tpuctl.emulator.client.testing import EmulatorProcess
 
 # The session emulator: 20x faster than Cloud TPU, a 60 s autocheckpoint grace (3 s real).
 EMULATOR_SPEED = "20"
@@ -65,7 +65,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatorProce
     `.environment()` and `.tpu_client()` (the real TpuClient on an insecure channel).
     Tests that change global state (capacity, API faults) must restore it.
     """
-    from tpuctl.emulator.testing import EmulatorProcess
+    from tpuctl.emulator.client.testing import EmulatorProcess
 
     state_dir: Path = tmp_path_factory.mktemp("emulator") / "state"
     process = EmulatorProcess(state_dir, "--speed", EMULATOR_SPEED, "--grace", EMULATOR_GRACE)

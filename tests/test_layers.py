@@ -45,10 +45,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
             else:
                 module = node.module or ""
             found.append((node.lineno, module))
-            # `from tpuctl import jobs` names a package, not an attribute.
-            if module == "tpuctl":
+            # `from tpuctl import jobs` names a package and `from tpuctl.emulator.vms import vm`
+            # a module, not an attribute: listed as such (attributes name no module, and share
+            # their module's part).
+            if module == "tpuctl" or module.startswith("tpuctl."):
                 found += [
-                    (node.lineno, f"tpuctl.{alias.name}")
+                    (node.lineno, f"{module}.{alias.name}")
                     for alias in node.names
                     if not alias.name.startswith("__")
                 ]

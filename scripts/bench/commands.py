@@ -62,7 +62,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from tpuctl.emulator.testing import EmulatorProcess  # noqa: E402
+from tpuctl.emulator.client.testing import EmulatorProcess  # noqa: E402
 
 PROJECT = "tpuctl-bench"
 ZONE = "us-central2-b"

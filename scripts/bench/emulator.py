@@ -43,7 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tpuctl.emulator.testing import EmulatorProcess  # noqa: E402
+from tpuctl.emulator.client.testing import EmulatorProcess  # noqa: E402
 
 ZONE = "us-central2-b"
 GRACE = 60.0  # emulated seconds, as the test suite's session emulator (--grace 60s)

@@ -38,7 +38,7 @@ USER = "bench"
 
 def serve(count: int, public_key: str) -> None:
     """Child process: a WorkerPlane with `count` workers; prints their addresses as JSON."""
-    from tpuctl.emulator.workers import NodeIdentity, WorkerPlane
+    from tpuctl.emulator.vms.workers import NodeIdentity, WorkerPlane
 
     state = Path(tempfile.mkdtemp(prefix="tpuctl-bench-"))
     plane = WorkerPlane(state)

@@ -33,7 +33,7 @@ from tpuctl.cloud import lifecycle  # noqa: E402
 from tpuctl.cloud.client import TpuApi, connect  # noqa: E402
 from tpuctl.cloud.resolve import Location  # noqa: E402
 from tpuctl.cloud.watcher import Observation, Watcher, WatchEvent, WatchPolicy  # noqa: E402
-from tpuctl.emulator.testing import EmulatorProcess  # noqa: E402
+from tpuctl.emulator.client.testing import EmulatorProcess  # noqa: E402
 from tpuctl.spec.load import load_spec_text  # noqa: E402
 
 PROJECT = "bench"

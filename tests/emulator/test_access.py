@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tpuctl.emulator.access import Access, posix_username
+from tpuctl.emulator.vms.access import Access, posix_username
 
 
 def test_the_nodes_own_setting_wins_over_the_projects() -> None:

@@ -23,7 +23,7 @@ from tests.emulator.helpers import (
     wait_state,
     wait_until,
 )
-from tpuctl.emulator.testing import EmulatorProcess
+from tpuctl.emulator.client.testing import EmulatorProcess
 
 pytestmark = pytest.mark.emulator
 

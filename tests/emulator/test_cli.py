@@ -26,7 +26,7 @@ from tests.emulator.helpers import (
 )
 from tests.emulator.test_faults import _running
 from tpuctl.cli.main import run
-from tpuctl.emulator.testing import EmulatorProcess, _read_exports
+from tpuctl.emulator.client.testing import EmulatorProcess, _read_exports
 
 pytestmark = pytest.mark.emulator
 

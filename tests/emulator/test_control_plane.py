@@ -24,15 +24,15 @@ from tests.emulator.helpers import (
     wait_state,
     wait_until,
 )
-from tpuctl.emulator.admin import AdminClient
-from tpuctl.emulator.config import (
+from tpuctl.emulator.api.server import Emulator
+from tpuctl.emulator.client.admin import AdminClient
+from tpuctl.emulator.client.testing import EmulatorProcess
+from tpuctl.emulator.control.config import (
     EmulatorConfig,
     parse_capacity,
     parse_delays,
     parse_duration,
 )
-from tpuctl.emulator.server import Emulator
-from tpuctl.emulator.testing import EmulatorProcess
 
 # It starts emulators of its own (servers, worker VMs): an emulator test.
 pytestmark = pytest.mark.emulator

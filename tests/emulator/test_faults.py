@@ -29,8 +29,8 @@ from tests.emulator.helpers import (
     wait_state,
     wait_until,
 )
-from tpuctl.emulator.config import DEFAULT_CAPACITY_CHIPS
-from tpuctl.emulator.testing import EmulatorProcess
+from tpuctl.emulator.client.testing import EmulatorProcess
+from tpuctl.emulator.control.config import DEFAULT_CAPACITY_CHIPS
 from tpuctl.errors import UsageError
 
 pytestmark = pytest.mark.emulator

@@ -1,4 +1,4 @@
-"""The firewall in front of workers with no external IP (tpuctl/emulator/firewall.py), worker
+"""The firewall in front of workers with no external IP (tpuctl/emulator/vms/firewall.py), worker
 addresses kept out of the emulated IAP range, and the `hostname` guest attribute that IAP
 tunnels take."""
 
@@ -25,8 +25,8 @@ from tests.emulator.helpers import (
     wait_state,
 )
 from tests.emulator.workers_helpers import connect, identity, new_key, run
-from tpuctl.emulator import firewall
-from tpuctl.emulator.workers import WorkerPlane
+from tpuctl.emulator.vms import firewall
+from tpuctl.emulator.vms.workers import WorkerPlane
 
 pytestmark = pytest.mark.emulator
 

@@ -11,8 +11,8 @@ from google.api_core import exceptions
 from google.cloud.location import locations_pb2
 
 from tests.emulator.helpers import create, delete, new_project, qr_request, unique
-from tpuctl.emulator.config import DEFAULT_ZONES
-from tpuctl.emulator.testing import EmulatorProcess
+from tpuctl.emulator.client.testing import EmulatorProcess
+from tpuctl.emulator.control.config import DEFAULT_ZONES
 
 pytestmark = pytest.mark.emulator
 

@@ -17,7 +17,7 @@ from tests.emulator.helpers import (
     qr_request,
     wait_state,
 )
-from tpuctl.emulator.testing import EmulatorProcess
+from tpuctl.emulator.client.testing import EmulatorProcess
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 

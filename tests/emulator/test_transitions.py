@@ -1,7 +1,7 @@
-"""The state-transition tables (tpuctl/emulator/transitions.py): the setters refuse every change
-no row lists, each row names code that exists, and driving every flow and fault through
-in-process emulators makes exactly the changes the tables list: none outside them, and every
-row reached by some flow."""
+"""The state-transition tables (tpuctl/emulator/control/transitions.py): the setters refuse
+every change no row lists, each row names code that exists, and driving every flow and fault
+through in-process emulators makes exactly the changes the tables list: none outside them, and
+every row reached by some flow."""
 
 from __future__ import annotations
 
@@ -21,21 +21,27 @@ from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
 from tests.emulator.fake_plane import FakeIdentity, FakeWorkerPlane
 from tests.emulator.helpers import create, new_project, parent_of, qr_request, unique
-from tpuctl.emulator import faults, flows, transitions
-from tpuctl.emulator.admin import AdminClient
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.config import Delays, EmulatorConfig
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.records import Health, NodeRecord, NodeState, QrState, QueuedResourceRecord
-from tpuctl.emulator.server import Emulator
-from tpuctl.emulator.state import CloudTpu
-from tpuctl.emulator.transitions import (
+from tpuctl.emulator.api.server import Emulator
+from tpuctl.emulator.client.admin import AdminClient
+from tpuctl.emulator.control import faults, flows, transitions
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.config import Delays, EmulatorConfig
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.records import (
+    Health,
+    NodeRecord,
+    NodeState,
+    QrState,
+    QueuedResourceRecord,
+)
+from tpuctl.emulator.control.state import CloudTpu
+from tpuctl.emulator.control.transitions import (
     NODE_TRANSITIONS,
     QR_TRANSITIONS,
     IllegalTransition,
     Transition,
 )
-from tpuctl.emulator.validation import CreatePlan
+from tpuctl.emulator.control.validation import CreatePlan
 from tpuctl.topology import parse_accelerator
 
 # It starts emulators of its own (servers, worker VMs): an emulator test.

@@ -29,8 +29,8 @@ from tests.emulator.workers_helpers import (
     run,
     wait_for,
 )
-from tpuctl.emulator import vm
-from tpuctl.emulator.workers import NodeIdentity, WorkerInfo, WorkerPlane
+from tpuctl.emulator.vms import vm
+from tpuctl.emulator.vms.workers import NodeIdentity, WorkerInfo, WorkerPlane
 from tpuctl.errors import NotFoundError
 
 # It starts emulators of its own (servers, worker VMs): an emulator test.
@@ -282,7 +282,7 @@ def test_sftp_without_openssh_sftp_server_uses_asyncssh(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tpuctl.emulator import sshd
+    from tpuctl.emulator.vms import sshd
 
     monkeypatch.setattr(sshd, "SFTP_SERVER", str(tmp_path / "no-sftp-server"))
     infos = make_node(workers=1)

@@ -26,8 +26,8 @@ from tests.emulator.workers_helpers import (
     run,
     wait_for,
 )
-from tpuctl.emulator import vm
-from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
+from tpuctl.emulator.vms import vm
+from tpuctl.emulator.vms.workers import WorkerInfo, WorkerPlane
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = [

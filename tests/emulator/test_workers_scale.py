@@ -15,8 +15,8 @@ import pytest
 from tests.emulator import workers_helpers
 from tests.emulator.workers_helpers import identity, new_key
 from tests.support import child_environment
-from tpuctl.emulator import vm
-from tpuctl.emulator.workers import WorkerInfo, WorkerPlane
+from tpuctl.emulator.vms import vm
+from tpuctl.emulator.vms.workers import WorkerInfo, WorkerPlane
 
 # It starts emulators of its own (servers, worker VMs): an emulator test.
 pytestmark = pytest.mark.emulator

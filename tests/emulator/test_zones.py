@@ -21,7 +21,7 @@ from tests.emulator.helpers import (
     wait_state,
 )
 from tests.support import wait_for
-from tpuctl.emulator.testing import EmulatorProcess
+from tpuctl.emulator.client.testing import EmulatorProcess
 
 pytestmark = pytest.mark.emulator
 

@@ -12,7 +12,7 @@ from typing import Any
 import asyncssh
 
 from tests.support import wait_for  # noqa: F401  (re-exported for this folder)
-from tpuctl.emulator.workers import NodeIdentity, WorkerInfo, WorkerPlane
+from tpuctl.emulator.vms.workers import NodeIdentity, WorkerInfo, WorkerPlane
 
 
 def identity(

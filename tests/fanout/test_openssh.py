@@ -36,8 +36,8 @@ class _InProcess:
 
 @pytest.fixture(scope="module")
 def openssh_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_InProcess]:
-    from tpuctl.emulator.config import EmulatorConfig
-    from tpuctl.emulator.server import Emulator
+    from tpuctl.emulator.api.server import Emulator
+    from tpuctl.emulator.control.config import EmulatorConfig
 
     state = tmp_path_factory.mktemp("openssh") / "state"
     config = EmulatorConfig(speed=20.0, state_dir=state, ssh_server="openssh")

@@ -16,7 +16,7 @@ from tpuctl.cli.views import emulator as views
 from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
-    from tpuctl.emulator.admin import AdminClient
+    from tpuctl.emulator.client.admin import AdminClient
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -76,7 +76,7 @@ def start(  # noqa: PLR0917 - click passes options positionally
     verbose: bool,
 ) -> None:
     """Run the emulator in the foreground until SIGINT or SIGTERM."""
-    from tpuctl.emulator.config import config_from_flags
+    from tpuctl.emulator.control.config import config_from_flags
 
     try:
         import asyncssh  # noqa: F401  (the worker SSH servers; checked here for a clear error)
@@ -85,7 +85,7 @@ def start(  # noqa: PLR0917 - click passes options positionally
             "the emulator's SSH servers need asyncssh, which is not installed",
             hint="pip install 'tpuctl[emulator]' (scripts/demo and scripts/test install it)",
         ) from None
-    from tpuctl.emulator.server import serve_until_signalled
+    from tpuctl.emulator.api.server import serve_until_signalled
 
     try:
         config = config_from_flags(
@@ -122,7 +122,7 @@ def host_option(func: F) -> F:
 
 
 def _admin(host: str | None) -> AdminClient:
-    from tpuctl.emulator.admin import AdminClient
+    from tpuctl.emulator.client.admin import AdminClient
 
     if not host:
         raise UsageError(
@@ -242,7 +242,7 @@ def api_fault(
 @output_option
 def capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> None:
     """Show or change capacity pools; freed capacity lets waiting QRs proceed."""
-    from tpuctl.emulator.config import parse_capacity, parse_flag
+    from tpuctl.emulator.control.config import parse_capacity, parse_flag
 
     try:
         parsed = parse_flag(parse_capacity, ",".join(changes), "capacity")

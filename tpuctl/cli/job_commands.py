@@ -294,7 +294,7 @@ def drill(
     api = connect_api(resolved.location, impersonate)
     admin = None
     if is_emulator():
-        from tpuctl.emulator.admin import AdminClient
+        from tpuctl.emulator.client.admin import AdminClient
 
         admin = AdminClient(os.environ[EMULATOR_ENV])
     settings = ssh_settings(app, **pop_worker_ssh(choices))

@@ -50,7 +50,7 @@ KINDS: tuple[DrillKind, ...] = ("maintenance", "preempt", "slice-failure")
 
 
 class AdminLike(Protocol):
-    """The emulator admin calls a drill uses (tpuctl.emulator.admin.AdminClient)."""
+    """The emulator admin calls a drill uses (tpuctl.emulator.client.admin.AdminClient)."""
 
     def preempt(self, queued_resource: str) -> dict[str, Any]: ...
 

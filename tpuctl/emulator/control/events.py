@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tpuctl.emulator.clock import Clock, rfc3339
+from tpuctl.emulator.control.clock import Clock, rfc3339
 
 log = logging.getLogger("tpuctl.emulator")
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import grpc
 
-from tpuctl.emulator.access import Access
-from tpuctl.emulator.admin_service import AdminServicer
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.compute import ComputeServer
-from tpuctl.emulator.config import EmulatorConfig
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.oslogin_service import OsLoginServicer
-from tpuctl.emulator.plane import WorkerPlaneAPI
-from tpuctl.emulator.service import ApiFaults, TpuServicer
-from tpuctl.emulator.state import CloudTpu
+from tpuctl.emulator.api.admin_service import AdminServicer
+from tpuctl.emulator.api.compute import ComputeServer
+from tpuctl.emulator.api.oslogin_service import OsLoginServicer
+from tpuctl.emulator.api.service import ApiFaults, TpuServicer
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.config import EmulatorConfig
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.plane import WorkerPlaneAPI
+from tpuctl.emulator.control.state import CloudTpu
+from tpuctl.emulator.vms.access import Access
 
 log = logging.getLogger("tpuctl.emulator")
 
@@ -33,7 +33,7 @@ class Emulator:
     """`Emulator(config).start()` → `.host`, `.ssh_port`, `.state_dir`; `.close()` stops it all.
 
     `plane` and `identity_factory` replace the real worker plane (tests of the control plane
-    alone); by default they come from tpuctl.emulator.workers.
+    alone); by default they come from tpuctl.emulator.vms.workers.
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class Emulator:
         self.close()
 
     def _real_plane(self) -> WorkerPlaneAPI:
-        from tpuctl.emulator.workers import WorkerPlane
+        from tpuctl.emulator.vms.workers import WorkerPlane
 
         plane: WorkerPlaneAPI = WorkerPlane(
             self.state_dir,
@@ -156,7 +156,7 @@ class Emulator:
 
 
 def _real_identity() -> Callable[..., Any]:
-    from tpuctl.emulator.workers import NodeIdentity
+    from tpuctl.emulator.vms.workers import NodeIdentity
 
     factory: Callable[..., Any] = NodeIdentity
     return factory

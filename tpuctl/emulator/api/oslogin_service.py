@@ -1,7 +1,7 @@
 """The OS Login API (`google.cloud.oslogin.v1.OsLoginService`) on the emulator's gRPC port, for
 the unmodified google-cloud-os-login client: import a key for an account (with its expiry),
 read the login profile (the POSIX user), delete a key. Accounts and keys live in
-tpuctl.emulator.access, which the workers' SSH servers consult."""
+tpuctl.emulator.vms.access, which the workers' SSH servers consult."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import grpc
 
-from tpuctl.emulator.access import Access, Profile
-from tpuctl.emulator.service import unary_handler
-from tpuctl.emulator.status import invalid
+from tpuctl.emulator.api.service import unary_handler
+from tpuctl.emulator.control.status import invalid
+from tpuctl.emulator.vms.access import Access, Profile
 
 OS_LOGIN_SERVICE = "google.cloud.oslogin.v1.OsLoginService"
 

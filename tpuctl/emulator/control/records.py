@@ -13,8 +13,8 @@ from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
-from tpuctl.emulator.plane import WorkerInfoLike
-from tpuctl.emulator.validation import CreatePlan
+from tpuctl.emulator.control.plane import WorkerInfoLike
+from tpuctl.emulator.control.validation import CreatePlan
 from tpuctl.topology import Accelerator
 
 QrState = cloud_tpu.QueuedResourceState.State

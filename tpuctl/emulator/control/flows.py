@@ -16,9 +16,8 @@ import grpc
 from google.protobuf import empty_pb2
 from google.rpc import status_pb2
 
-from tpuctl.emulator.metadata import COORDINATOR_PORT
-from tpuctl.emulator.protos import copy_message, qr_proto
-from tpuctl.emulator.records import (
+from tpuctl.emulator.control.protos import copy_message, qr_proto
+from tpuctl.emulator.control.records import (
     PREEMPTIBLE_TIERS,
     Health,
     Initiator,
@@ -28,7 +27,8 @@ from tpuctl.emulator.records import (
     QrState,
     QueuedResourceRecord,
 )
-from tpuctl.emulator.runtime import Runtime
+from tpuctl.emulator.control.runtime import Runtime
+from tpuctl.emulator.vms.metadata import COORDINATOR_PORT
 
 log = logging.getLogger("tpuctl.emulator")
 

@@ -17,24 +17,29 @@ from google.cloud.location import locations_pb2
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 
-from tpuctl.emulator import catalog, faults, flows
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.config import EmulatorConfig
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.metadata import instance_name
-from tpuctl.emulator.names import parent_matches, parse_parent, parse_project, worker_indexes
-from tpuctl.emulator.plane import WorkerPlaneAPI
-from tpuctl.emulator.protos import (
+from tpuctl.emulator.control import catalog, faults, flows
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.config import EmulatorConfig
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.names import (
+    parent_matches,
+    parse_parent,
+    parse_project,
+    worker_indexes,
+)
+from tpuctl.emulator.control.plane import WorkerPlaneAPI
+from tpuctl.emulator.control.protos import (
     copy_message,
     guest_attributes,
     node_proto,
     operation_proto,
     qr_proto,
 )
-from tpuctl.emulator.records import Initiator, NodeState, QrState, QueuedResourceRecord
-from tpuctl.emulator.runtime import Runtime
-from tpuctl.emulator.status import already_exists, invalid, not_found, precondition
-from tpuctl.emulator.validation import validate_create
+from tpuctl.emulator.control.records import Initiator, NodeState, QrState, QueuedResourceRecord
+from tpuctl.emulator.control.runtime import Runtime
+from tpuctl.emulator.control.status import already_exists, invalid, not_found, precondition
+from tpuctl.emulator.control.validation import validate_create
+from tpuctl.emulator.vms.metadata import instance_name
 
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGE_SIZE = 1000

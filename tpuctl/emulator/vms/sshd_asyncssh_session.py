@@ -17,21 +17,47 @@ import subprocess
 import termios
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import asyncssh
 from asyncssh import DataType
 from asyncssh.channel import SSHChannel
 
-from tpuctl.emulator import sshd, vm
-
-if TYPE_CHECKING:
-    from tpuctl.emulator.sshd_asyncssh import AsyncSshEndpoint
+from tpuctl.emulator.vms import sshd, vm
 
 _READ_CHUNK = 64 * 1024
 _SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 # sshd accepts these from clients on Ubuntu TPU images (AcceptEnv LANG LC_*).
 _ACCEPTED_ENV = re.compile(r"^(LANG|LC_[A-Z_]+)$")
+
+
+class SessionHome(Protocol):
+    """What a session needs from its worker (part of sshd_asyncssh.SessionHost)."""
+
+    def session_env(self, user: str) -> tuple[Path, dict[str, str]]: ...
+
+
+class SessionEndpoint(Protocol):
+    """What a session needs from the server that accepted it (sshd_asyncssh.AsyncSshEndpoint),
+    as a Protocol so that this module does not import sshd_asyncssh.py, which imports it."""
+
+    @property
+    def host(self) -> SessionHome: ...
+
+    @property
+    def ip(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def reaper(self) -> vm.ChildReaper: ...
+
+    @property
+    def sessions(self) -> set[WorkerSession]: ...
+
+    @property
+    def hung(self) -> bool: ...
 
 
 class _HomeSFTPServer(asyncssh.SFTPServer):
@@ -59,7 +85,7 @@ class WorkerSession(asyncssh.SSHServerSession[bytes]):
     is "hung".
     """
 
-    def __init__(self, endpoint: AsyncSshEndpoint, conn: asyncssh.SSHServerConnection) -> None:
+    def __init__(self, endpoint: SessionEndpoint, conn: asyncssh.SSHServerConnection) -> None:
         self._endpoint = endpoint
         self._conn = conn
         self._loop = asyncio.get_running_loop()

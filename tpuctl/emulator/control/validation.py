@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.names import NODE_ID, QR_ID, parse_parent
-from tpuctl.emulator.status import invalid
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.names import NODE_ID, QR_ID, parse_parent
+from tpuctl.emulator.control.status import invalid
 from tpuctl.topology import MAX_SLICES, Accelerator, AcceleratorError, from_type_topology
 from tpuctl.topology import parse_accelerator as parse_accelerator_type
 

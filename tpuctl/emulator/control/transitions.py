@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.records import (
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.records import (
     Initiator,
     NodeRecord,
     NodeState,

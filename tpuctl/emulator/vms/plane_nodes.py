@@ -11,19 +11,18 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from tpuctl.emulator import firewall, vm
-from tpuctl.emulator import metadata as metadata_server
-from tpuctl.emulator.access import Access
+from tpuctl.emulator.vms import firewall, vm
+from tpuctl.emulator.vms import metadata as metadata_server
+from tpuctl.emulator.vms.access import Access
 from tpuctl.topology import AcceleratorError, parse_accelerator
 
 if TYPE_CHECKING:
     import asyncssh
 
-    from tpuctl.emulator.sshd_asyncssh import AsyncSshEndpoint
-    from tpuctl.emulator.sshd_openssh import OpenSshEndpoint
-    from tpuctl.emulator.workers import WorkerPlane
+    from tpuctl.emulator.vms.sshd_asyncssh import AsyncSshEndpoint
+    from tpuctl.emulator.vms.sshd_openssh import OpenSshEndpoint
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,25 @@ class WorkerInfo:
     host_key: str  # the public host key line, "ssh-ed25519 AAAA..."
 
 
+class HostPlane(Protocol):
+    """What a worker VM needs from the worker plane that runs it (workers.WorkerPlane), as a
+    Protocol so that this module does not import workers.py, which imports it."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def ssh_port(self) -> int: ...
+
+    @property
+    def metadata_port(self) -> int: ...
+
+    def is_worker_ip(self, address: str) -> bool: ...
+
+
 def chips_per_vm(accelerator_type: str) -> int:
     try:
         return parse_accelerator(accelerator_type).chips_per_vm
@@ -63,7 +81,7 @@ def chips_per_vm(accelerator_type: str) -> int:
 class PlaneWorker:
     """One emulated TPU VM (implements sshd_asyncssh.SessionHost)."""
 
-    def __init__(self, plane: WorkerPlane, node: PlaneNode, index: int, ip: str) -> None:
+    def __init__(self, plane: HostPlane, node: PlaneNode, index: int, ip: str) -> None:
         self.plane = plane
         self.node = node
         self.index = index
@@ -160,7 +178,7 @@ class PlaneWorker:
     async def serve_asyncssh(
         self, options: asyncssh.SSHServerConnectionOptions, reaper: vm.ChildReaper
     ) -> None:
-        from tpuctl.emulator import sshd_asyncssh
+        from tpuctl.emulator.vms import sshd_asyncssh
 
         assert self.host_key is not None
         endpoint = sshd_asyncssh.AsyncSshEndpoint(
@@ -175,7 +193,7 @@ class PlaneWorker:
         self.endpoint = endpoint
 
     async def serve_openssh(self, shim_home: Path) -> None:
-        from tpuctl.emulator import sshd_openssh
+        from tpuctl.emulator.vms import sshd_openssh
 
         assert self.host_key is not None
         endpoint = sshd_openssh.OpenSshEndpoint(
@@ -194,7 +212,7 @@ class PlaneWorker:
     def refresh_authorized_keys(self) -> None:
         """OpenSSH reads keys from files: rewrite them from the node's `ssh-keys` (asyncssh
         asks the node at each login instead)."""
-        from tpuctl.emulator import sshd_openssh
+        from tpuctl.emulator.vms import sshd_openssh
 
         if isinstance(self.endpoint, sshd_openssh.OpenSshEndpoint):
             self.endpoint.write_authorized_keys(self.node.keys)
@@ -237,7 +255,7 @@ class PlaneNode:
         return f"{self.workers[0].ip}:{metadata_server.COORDINATOR_PORT}"
 
     def set_metadata(self, metadata: Mapping[str, str]) -> None:
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         # Replace, never mutate: the loop thread reads these without the node lock.
         self.keys = sshd.parse_ssh_keys(metadata.get("ssh-keys", ""))
@@ -249,7 +267,7 @@ class PlaneNode:
         """The keys `user` may log in with: with OS Login on (the node's metadata, else its
         project's), only the unexpired keys the OS Login API holds for that POSIX user; else
         the node's `ssh-keys` metadata."""
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         if self.access.os_login(self.identity.project, self.metadata):
             imported = self.access.oslogin_keys(user)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tpuctl.emulator.status import invalid
+from tpuctl.emulator.control.status import invalid
 
 PROJECT = re.compile(r"^projects/([^/]+)$")
 PARENT = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")

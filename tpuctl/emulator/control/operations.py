@@ -11,11 +11,11 @@ from google.longrunning import operations_pb2
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.names import parse_child
-from tpuctl.emulator.protos import operation_proto
-from tpuctl.emulator.records import OperationRecord
-from tpuctl.emulator.status import not_found
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.names import parse_child
+from tpuctl.emulator.control.protos import operation_proto
+from tpuctl.emulator.control.records import OperationRecord
+from tpuctl.emulator.control.status import not_found
 
 
 class Operations:

@@ -13,10 +13,10 @@ from typing import Any
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
-from tpuctl.emulator import flows
-from tpuctl.emulator.clock import rfc3339
-from tpuctl.emulator.names import worker_indexes
-from tpuctl.emulator.records import (
+from tpuctl.emulator.control import flows
+from tpuctl.emulator.control.clock import rfc3339
+from tpuctl.emulator.control.names import worker_indexes
+from tpuctl.emulator.control.records import (
     PREEMPTIBLE_TIERS,
     Health,
     Initiator,
@@ -25,8 +25,8 @@ from tpuctl.emulator.records import (
     QrState,
     QueuedResourceRecord,
 )
-from tpuctl.emulator.runtime import Runtime
-from tpuctl.emulator.status import ApiError, invalid, precondition
+from tpuctl.emulator.control.runtime import Runtime
+from tpuctl.emulator.control.status import ApiError, invalid, precondition
 
 Maintenance = cloud_tpu.UpcomingMaintenance
 SSH_FAULT_MODES = (None, "hang", "refuse")

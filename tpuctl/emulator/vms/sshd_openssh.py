@@ -11,7 +11,7 @@ from pathlib import Path
 
 import asyncssh
 
-from tpuctl.emulator import sshd, vm
+from tpuctl.emulator.vms import sshd, vm
 
 # sshd starts sessions in the OS user's passwd home with HOME set from SetEnv. HOME points
 # at this shim directory: bash sources its .bashrc (`bash -c` run by sshd) or .bash_profile

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from tpuctl.emulator.admin import AdminClient
+from tpuctl.emulator.client.admin import AdminClient
 
 STARTUP_TIMEOUT = 60.0
 

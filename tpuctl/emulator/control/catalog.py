@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
-from tpuctl.emulator.names import parse_child, parse_parent
-from tpuctl.emulator.status import invalid, not_found
+from tpuctl.emulator.control.names import parse_child, parse_parent
+from tpuctl.emulator.control.status import invalid, not_found
 from tpuctl.topology import FAMILIES, Family, default_topology
 
 # Runtime versions per generation, as `gcloud compute tpus tpu-vm versions list` shows them in

@@ -1,6 +1,6 @@
 """The one Compute Engine REST call tpuctl makes, on a port of its own: GET
 `/compute/v1/projects/{project}`, whose `commonInstanceMetadata` says whether the project turns
-OS Login on. Announced as TPUCTL_COMPUTE_ENDPOINT; read from tpuctl.emulator.access."""
+OS Login on. Announced as TPUCTL_COMPUTE_ENDPOINT; read from tpuctl.emulator.vms.access."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tpuctl.emulator.access import Access
+from tpuctl.emulator.vms.access import Access
 
 LISTEN_HOST = "127.0.0.1"
 _PROJECT = re.compile(r"^/compute/v1/projects/([a-z][a-z0-9:.-]*[a-z0-9])/?(\?.*)?$")

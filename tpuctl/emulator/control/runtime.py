@@ -18,16 +18,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from tpuctl.emulator import transitions
-from tpuctl.emulator.capacity import CapacityPools
-from tpuctl.emulator.clock import Clock
-from tpuctl.emulator.config import EmulatorConfig
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.names import parse_child
-from tpuctl.emulator.operations import Operations
-from tpuctl.emulator.plane import WorkerPlaneAPI
-from tpuctl.emulator.records import NodeRecord, QueuedResourceRecord
-from tpuctl.emulator.status import invalid, not_found
+from tpuctl.emulator.control import transitions
+from tpuctl.emulator.control.capacity import CapacityPools
+from tpuctl.emulator.control.clock import Clock
+from tpuctl.emulator.control.config import EmulatorConfig
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.names import parse_child
+from tpuctl.emulator.control.operations import Operations
+from tpuctl.emulator.control.plane import WorkerPlaneAPI
+from tpuctl.emulator.control.records import NodeRecord, QueuedResourceRecord
+from tpuctl.emulator.control.status import invalid, not_found
 
 log = logging.getLogger("tpuctl.emulator")
 

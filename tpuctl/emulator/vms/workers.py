@@ -23,9 +23,9 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tpuctl.emulator import firewall, vm
-from tpuctl.emulator.access import Access
-from tpuctl.emulator.plane_nodes import (
+from tpuctl.emulator.vms import firewall, vm
+from tpuctl.emulator.vms.access import Access
+from tpuctl.emulator.vms.plane_nodes import (
     NodeIdentity,
     PlaneNode,
     PlaneWorker,
@@ -116,12 +116,12 @@ class WorkerPlane:
         self._reaper = vm.ChildReaper(loop)
         self._options = self._call(self._make_options())
         if self.ssh_server == "openssh":
-            from tpuctl.emulator import sshd_openssh
+            from tpuctl.emulator.vms import sshd_openssh
 
             sshd_openssh.write_shim_home(self.shim_home)
 
     async def _make_options(self) -> asyncssh.SSHServerConnectionOptions:
-        from tpuctl.emulator import sshd_asyncssh
+        from tpuctl.emulator.vms import sshd_asyncssh
 
         return await sshd_asyncssh.server_options()
 
@@ -182,7 +182,7 @@ class WorkerPlane:
             if identity.node_id in self._nodes:
                 raise ValueError(f"emulated node {identity.node_id} already exists")
             self._nodes[identity.node_id] = node
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         try:
             with node.lock:
@@ -219,7 +219,7 @@ class WorkerPlane:
                     await worker.serve_asyncssh(self._options, self._reaper)
                     break
                 except OSError as exc:
-                    from tpuctl.emulator import sshd
+                    from tpuctl.emulator.vms import sshd
 
                     await worker.close_servers()
                     if not sshd.is_address_in_use(exc) or attempt == _BIND_ATTEMPTS - 1:
@@ -315,7 +315,7 @@ class WorkerPlane:
     def rotate_host_key(self, node_id: str, worker: int) -> WorkerInfo:
         """A new host key for one worker's SSH server, as a rebuilt VM has; connections
         already open keep the old one. The worker as the control plane publishes it."""
-        from tpuctl.emulator import sshd
+        from tpuctl.emulator.vms import sshd
 
         with self._locked(node_id):
             target = self._worker(node_id, worker)

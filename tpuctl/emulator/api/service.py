@@ -14,9 +14,9 @@ from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.state import CloudTpu
-from tpuctl.emulator.status import ApiError
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.state import CloudTpu
+from tpuctl.emulator.control.status import ApiError
 
 log = logging.getLogger("tpuctl.emulator")
 

@@ -17,9 +17,9 @@ from typing import Protocol, cast
 import asyncssh
 from asyncssh.forward import SSHForwarder
 
-from tpuctl.emulator import firewall, vm
-from tpuctl.emulator.sshd import valid_user
-from tpuctl.emulator.sshd_asyncssh_session import WorkerSession
+from tpuctl.emulator.vms import firewall, vm
+from tpuctl.emulator.vms.sshd import valid_user
+from tpuctl.emulator.vms.sshd_asyncssh_session import WorkerSession
 
 
 async def server_options() -> asyncssh.SSHServerConnectionOptions:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
 
-from tpuctl.emulator.records import (
+from tpuctl.emulator.control.records import (
     Health,
     NodeRecord,
     NodeState,

@@ -9,12 +9,12 @@ from typing import Any
 
 import grpc
 
-from tpuctl.emulator.access import Access
-from tpuctl.emulator.config import parse_duration
-from tpuctl.emulator.events import EventLog
-from tpuctl.emulator.service import ApiFaults
-from tpuctl.emulator.state import CloudTpu
-from tpuctl.emulator.status import ApiError, code_by_name, invalid
+from tpuctl.emulator.api.service import ApiFaults
+from tpuctl.emulator.control.config import parse_duration
+from tpuctl.emulator.control.events import EventLog
+from tpuctl.emulator.control.state import CloudTpu
+from tpuctl.emulator.control.status import ApiError, code_by_name, invalid
+from tpuctl.emulator.vms.access import Access
 
 log = logging.getLogger("tpuctl.emulator")
 

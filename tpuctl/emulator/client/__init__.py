@@ -1,0 +1,5 @@
+"""The emulator's clients: AdminClient (admin.py), which injects faults and reads events over
+the admin gRPC service, and EmulatorProcess (testing.py), which starts `tpuctl emulator start`
+as a child process for tests, benchmarks and drills.
+
+Imports nothing else of the emulator: it talks to one over the network."""
