@@ -152,3 +152,17 @@ def test_the_readme_stays_a_first_read() -> None:
     text = README.read_text(encoding="utf-8")
     for command in ("scripts/demo", "scripts/test"):
         assert re.search(rf"^{command}\b", text, re.M), f"README.md no longer shows `{command}`"
+
+
+def test_every_variable_the_job_is_given_is_documented() -> None:
+    """docs/job.md lists each variable the startup script puts in the job's environment."""
+    from tpuctl.spec.frameworks import Checkpointing, checkpointing_environment
+
+    script = (REPO / "tpuctl" / "render" / "startup.sh").read_text(encoding="utf-8")
+    blocks = re.findall(r"JOB_ENVIRONMENT\+?=\((.*?)\)(?=\s*(?:;|#|$))", script, re.M | re.S)
+    given = {name for block in blocks for name in re.findall(r'"([A-Z_][A-Z0-9_]*)=', block)}
+    given |= set(checkpointing_environment(Checkpointing(True, True, 3, True)))
+    assert {"TPUCTL_BOOT", "TPUCTL_DONE_MARKER", "TPUCTL_WORKERS_PER_SLICE"} <= given
+    documented = set(re.findall(r"`([A-Z_][A-Z0-9_]*)`", (DOCS / "job.md").read_text("utf-8")))
+    missing = sorted(given - documented)
+    assert missing == [], f"document {missing} in docs/job.md's environment table"
