@@ -1,4 +1,5 @@
-"""Docs are tested: every command has help, and the README's CLI reference is the generated one."""
+"""Docs are tested: every command has help, and the generated pages (docs/cli.md, docs/spec.md)
+are what the generator writes today."""
 
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ import pytest
 from tpuctl.cli.main import COMMANDS, cli
 from tpuctl.cli.reference import (
     END_MARKER,
+    PAGES,
+    REGENERATE,
     START_MARKER,
+    GeneratedPage,
     cli_reference_markdown,
     current_section,
     help_text,
+    markers,
     replace_section,
     walk_commands,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-GENERATOR = REPO / "scripts" / "update-readme"
+GENERATOR = REPO / REGENERATE
 
 
 def all_command_paths() -> list[str]:
@@ -87,48 +92,69 @@ def test_replace_section_round_trip() -> None:
 
 
 def test_generator_script_writes_and_checks(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text("# tpuctl\n", encoding="utf-8")
-    command = [sys.executable, str(GENERATOR), "--readme", str(readme)]
+    cli_page = tmp_path / "docs" / "cli.md"
+    cli_page.parent.mkdir()
+    cli_page.write_text("# CLI reference\n\nWritten by hand.\n", encoding="utf-8")
+    command = [sys.executable, str(GENERATOR), "--root", str(tmp_path)]
     stale = subprocess.run([*command, "--check"], capture_output=True, text=True, check=False)
     assert stale.returncode == 1
-    assert readme.read_text(encoding="utf-8") == "# tpuctl\n"
+    assert "docs/cli.md" in stale.stderr and "docs/spec.md" in stale.stderr
+    assert REGENERATE in stale.stderr  # the failure names its fix
+    assert cli_page.read_text(encoding="utf-8") == "# CLI reference\n\nWritten by hand.\n"
+    assert not (tmp_path / "docs" / "spec.md").exists()
     subprocess.run(command, check=True, capture_output=True)
-    assert current_section(readme.read_text(encoding="utf-8")) == cli_reference_markdown()
+    written = cli_page.read_text(encoding="utf-8")
+    assert written.startswith("# CLI reference\n\nWritten by hand.\n")  # the prose is kept
+    assert current_section(written) == cli_reference_markdown()
+    spec_page = (tmp_path / "docs" / "spec.md").read_text(encoding="utf-8")
+    assert spec_page.startswith("# Spec reference\n")
     fresh = subprocess.run([*command, "--check"], capture_output=True, text=True, check=False)
-    assert fresh.returncode == 0
+    assert fresh.returncode == 0, fresh.stderr
 
 
-def test_readme_cli_reference_is_current() -> None:
-    fix = "run scripts/update-readme to (re)generate it"
-    assert README.exists(), f"README.md is missing; {fix}"
-    section = current_section(README.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("page", PAGES, ids=[page.path for page in PAGES])
+def test_generated_page_is_current(page: GeneratedPage) -> None:
+    fix = f"run {REGENERATE} to (re)generate it"
+    path = REPO / page.path
+    assert path.exists(), f"{page.path} is missing; {fix}"
+    start, end = markers(page.section)
+    section = current_section(path.read_text(encoding="utf-8"), page.section)
     assert section is not None, (
-        f"README.md has no generated CLI reference ({START_MARKER} … {END_MARKER}); {fix}"
+        f"{page.path} has no generated {page.title} ({start} … {end}); {fix}"
     )
-    assert section == cli_reference_markdown(), f"README.md's CLI reference is stale; {fix}"
+    assert section == page.generate(), f"{page.path}'s {page.title} is stale; {fix}"
 
 
-def test_readme_spec_reference_is_current() -> None:
-    from tpuctl.cli.reference import spec_reference_markdown
+def test_every_command_has_a_section_in_the_cli_page() -> None:
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    headings = {
+        line.lstrip("#").strip().strip("`") for line in text.splitlines() if line[:1] == "#"
+    }
+    missing = [path for path in all_command_paths() if path not in headings]
+    assert missing == [], f"docs/cli.md lacks {missing}; run {REGENERATE}"
 
-    section = current_section(README.read_text(encoding="utf-8"), "spec-reference")
-    assert section is not None, "README.md has no spec reference section; run scripts/update-readme"
-    assert section == spec_reference_markdown(), (
-        "README.md's spec reference is stale; run scripts/update-readme"
-    )
+
+def test_readme_names_every_command() -> None:
+    """The README's commands by task show every command, so a newcomer sees them all."""
+    text = README.read_text(encoding="utf-8")
+    missing = [name for name in COMMANDS if f"tpuctl {name} " not in text]
+    assert missing == [], f"README.md's commands by task do not show {missing}"
 
 
-def test_readme_example_specs_are_valid(tmp_path: Path) -> None:
-    """Every complete spec shown in the README loads without an error."""
+def test_example_specs_in_the_docs_are_valid() -> None:
+    """Every complete spec shown in the README or a docs page loads without an error."""
     from tpuctl.spec.load import load_spec_text
 
-    text = README.read_text(encoding="utf-8")
-    blocks = [
-        block.split("```", 1)[0]
-        for block in text.split("```yaml\n")[1:]
-        if block.startswith("apiVersion: tpuctl/v1")
-    ]
-    assert blocks, "the README shows no complete spec"
-    for block in blocks:
-        load_spec_text(block, source="README.md")
+    pages = [README, *sorted((REPO / "docs").glob("*.md"))]
+    shown = 0
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        blocks = [
+            block.split("```", 1)[0]
+            for block in text.split("```yaml\n")[1:]
+            if block.startswith("apiVersion: tpuctl/v1")
+        ]
+        for block in blocks:
+            load_spec_text(block, source=str(page.relative_to(REPO)))
+        shown += len(blocks) if page == README else 0
+    assert shown, "the README shows no complete spec"

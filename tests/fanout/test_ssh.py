@@ -134,8 +134,8 @@ def test_fanout_documents_match_the_contract(tpuctl: Project, qr: QR, tmp_path: 
 
 
 def test_several_words_after_the_dashes_arrive_as_one_argv(tpuctl: Project, qr: QR) -> None:
-    """The README's example: an argv with a `;` and parentheses inside one word, as kubectl exec
-    and docker exec keep it; one word stays a shell line."""
+    """The example of docs/fanout.md: an argv with a `;` and parentheses inside one word, as
+    kubectl exec and docker exec keep it; one word stays a shell line."""
     argv = ["python3", "-c", "import sys; print(len(sys.argv), 'ok (x)')", "a b", "$HOME"]
     outcome = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--", *argv)
     assert outcome.exit_code == 0, outcome.stderr

@@ -277,7 +277,7 @@ def project_metadata(project: str, changes: tuple[str, ...], host: str | None) -
 @click.option("--since", type=int, default=0, show_default=True, help="First event number.")
 @host_option
 def events(follow: bool, since: int, host: str | None) -> None:
-    """The event log as JSON lines, in the emulator's own event format (see the README), not
+    """The event log as JSON lines, in the emulator's own event format (docs/emulator.md), not
     an envelope: a stream that tests and `jq` read line by line."""
     import json
 

@@ -1,9 +1,11 @@
-"""The README's generated sections: the CLI reference from the click tree, the spec reference."""
+"""The generated docs pages: the CLI reference from the click tree (docs/cli.md) and the spec
+reference from the field table (docs/spec.md), each between markers in its page."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import click
 
@@ -84,11 +86,38 @@ def spec_reference_markdown() -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-# Section name (between `<!-- NAME:start -->` and `<!-- NAME:end -->`) → its generator.
-SECTIONS: dict[str, Callable[[], str]] = {
-    "cli-reference": cli_reference_markdown,
-    "spec-reference": spec_reference_markdown,
-}
+@dataclass(frozen=True)
+class GeneratedPage:
+    """A docs page whose section between `<!-- SECTION:start -->` and `<!-- SECTION:end -->` is
+    generated; the rest of the page is written by hand."""
+
+    path: str  # from the repository root
+    section: str
+    title: str
+    generate: Callable[[], str]
+
+    def fresh(self, document: str) -> str:
+        """The page with its section regenerated; a page (or a section) that is missing is
+        created, so regenerating is always the fix."""
+        generated = self.generate()
+        replaced = replace_section(document, generated, self.section)
+        if replaced is not None:
+            return replaced
+        start, end = markers(self.section)
+        section = f"{start}\n{generated}{end}\n"
+        if not document.strip():
+            return f"# {self.title}\n\n{section}"
+        separator = "\n" if document.endswith("\n") else "\n\n"
+        return f"{document}{separator}{section}"
+
+
+# The command that rewrites every generated page (and with --check, says which are stale).
+REGENERATE = "scripts/update-docs"
+
+PAGES = (
+    GeneratedPage("docs/cli.md", "cli-reference", "CLI reference", cli_reference_markdown),
+    GeneratedPage("docs/spec.md", "spec-reference", "Spec reference", spec_reference_markdown),
+)
 
 
 def replace_section(document: str, generated: str, section: str = "cli-reference") -> str | None:

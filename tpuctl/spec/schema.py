@@ -1,5 +1,5 @@
 """The field table (tpuctl.spec.fields) as a JSON Schema for editors and linters, and as the
-README's spec reference: both generated, never written by hand."""
+spec reference page (docs/spec.md): both generated, never written by hand."""
 
 from __future__ import annotations
 
