@@ -4,7 +4,6 @@ silent default or an unquoted suggestion."""
 
 from __future__ import annotations
 
-import resource
 import shlex
 import subprocess
 import sys
@@ -29,22 +28,26 @@ from tpuctl.spec.yamlsource import MAX_SPEC_CHARS
 MEMORY_CAP = 1 << 30
 
 
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+# The cap is set by the child itself before it becomes tpuctl: a preexec_fn would run in a fork
+# of this (threaded, gRPC-loaded) test process, where gRPC's fork handler can abort the child.
+_CAPPED = (
+    "import os, resource, sys; "
+    f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_CAP}, {MEMORY_CAP})); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 def _validate_in_child(
     spec: str, tmp_path: Path, stdin: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tpuctl", "validate", spec],
+        [sys.executable, "-c", _CAPPED, "-m", "tpuctl", "validate", spec],
         cwd=tmp_path,
         env=child_environment(),
         stdin=stdin if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=120,
-        preexec_fn=_capped,
         check=False,
     )
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.cli.test_output_contract import check
 from tests.e2e.conftest import Job
+from tests.support import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 
@@ -103,11 +104,17 @@ def test_slice_failure_restarts_and_resumes_every_slice_together(
     # distributed runtime does, so the late slice may pick up a newer checkpoint than worker 0.
     event = report["step_at_event"]
     assert isinstance(event, int)
+    # The drill ends once worker 0 resumed; the others' trainers may still be starting (the
+    # replaced slice's "trainer started" comes a moment before its "resumed from" line).
     for slice_index in range(2):
         for worker in range(2):
+
+            def resumed_at(s: int = slice_index, w: int = worker) -> list[str]:
+                return re.findall(r"resumed from step (\d+)", job.log(s, w))
+
+            found = wait_for(resumed_at, 30, f"worker {slice_index}/{worker} to resume")
             text = job.log(slice_index, worker)
-            found = re.findall(r"resumed from step (\d+)", text)
-            assert found and int(found[0]) >= resumed, (slice_index, worker, text[-500:])
+            assert int(found[0]) >= resumed, (slice_index, worker, text[-500:])
             assert "starting fresh" not in text
     boots_before, boots_after = report["boots_before"], report["boots_after"]
     assert isinstance(boots_before, dict) and isinstance(boots_after, dict)

@@ -19,7 +19,8 @@ from tests.emulator.helpers import (
 )
 from tpuctl.emulator.client.testing import EmulatorProcess
 
-pytestmark = [pytest.mark.emulator, pytest.mark.slow]
+# It loads the machine's two cores for seconds: it runs alone (scripts/test's serial group).
+pytestmark = [pytest.mark.emulator, pytest.mark.slow, pytest.mark.serial]
 
 
 def test_1024_workers_reach_active(emulator: EmulatorProcess) -> None:

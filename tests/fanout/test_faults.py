@@ -183,7 +183,13 @@ def test_long_command_on_more_workers_than_batch_size_starts_everywhere(
         env=tpuctl.child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        wait_for(lambda: all((h / "long.pid").exists() for h in homes), 30, "every worker")
+        # `echo $$ > long.pid` creates the file before it writes the pid: wait for the pid.
+        def pids_written() -> bool:
+            return all(
+                (h / "long.pid").exists() and (h / "long.pid").read_text().strip() for h in homes
+            )
+
+        wait_for(pids_written, 30, "every worker")
         assert process.poll() is None  # all started while the first ones still run
         pids = [int((h / "long.pid").read_text()) for h in homes]
         process.send_signal(signal.SIGINT)
