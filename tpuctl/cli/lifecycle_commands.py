@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tpuctl.cli.completion import complete_target
+from tpuctl.cli.context import app_context
 from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
-    app_context,
     dry_run_option,
     impersonate_option,
     one_of_zone_zones,

@@ -16,15 +16,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def app_context() -> AppContext:
-    """The AppContext built by the root group (or a default one when a command runs alone)."""
-    ctx = click.get_current_context()
-    root = ctx.find_root()
-    if not isinstance(root.obj, AppContext):
-        root.obj = AppContext()
-    return root.obj
-
-
 def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         app = ctx.find_root().obj
