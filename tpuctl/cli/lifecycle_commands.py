@@ -194,7 +194,7 @@ def _create(
     from tpuctl.cloud import lifecycle
 
     if len(zones) > 1 or spec.claims_zone:
-        from tpuctl.jobs.provision import create_in_zones
+        from tpuctl.jobs.zone_choice import create_in_zones
 
         with WaitProgress(app, spec.name).shown() as progress:
             return create_in_zones(
