@@ -70,7 +70,7 @@ def test_is_done_local(tmp_path: Path) -> None:
 
 
 def test_is_done_on_cloud_storage(gcs_bucket: str) -> None:
-    from tpuctl.storage.storage import open_location
+    from tpuctl.storage.locations import open_location
 
     spec = make_spec(directory=f"gs://{gcs_bucket}/jobs", run="r2")
     assert not is_done(spec)

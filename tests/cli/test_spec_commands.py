@@ -400,24 +400,55 @@ def test_spec_reads_stdin(cli: Cli, write_spec: WriteSpec) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("0.5", 0.5), ("90s", 90.0), ("1h30m", 5400.0), ("20", 20.0)]
+    ("text", "seconds"),
+    [
+        ("0.5", 0.5),
+        ("90s", 90.0),
+        ("1h30m", 5400.0),
+        ("20", 20.0),
+        ("1.5h", 5400.0),
+        ("850ms", 0.85),
+        ("1m30.5s", 90.5),
+    ],
 )
-def test_duration_option_takes_the_spec_syntax_and_fractional_seconds(
-    text: str, seconds: float
-) -> None:
+def test_duration_option_takes_the_one_duration_grammar(text: str, seconds: float) -> None:
     from tpuctl.cli.options import DURATION
 
     assert DURATION.convert(text, None, None) == seconds
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "nan", "soon", "1h-5m"])
-def test_duration_option_refuses_what_is_not_a_positive_duration(text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("0", "not a positive duration"),
+        ("-1", "cannot be negative"),
+        ("nan", "not a duration"),
+        ("soon", "not a duration"),
+        ("1h-5m", "not a duration"),
+        ("", "an empty duration"),
+    ],
+)
+def test_duration_option_refuses_what_is_not_a_positive_duration(text: str, fragment: str) -> None:
     import click
 
     from tpuctl.cli.options import DURATION
 
-    with pytest.raises(click.BadParameter, match="not a positive duration"):
+    with pytest.raises(click.BadParameter, match=fragment) as refused:
         DURATION.convert(text, None, None)
+    assert "write e.g. 90s, 10m, 1.5h" in str(refused.value)  # and how to write one
+
+
+def test_plan_reads_its_seconds_flags_as_durations(cli: Cli, write_spec: WriteSpec) -> None:
+    args = ["plan", str(write_spec()), "--format", "json", "--mtbf", "24h"]
+    in_seconds = cli([*args, "--save-seconds", "90", "--restart-seconds", "600"])
+    assert in_seconds.exit_code == 0, in_seconds.stderr
+    in_units = cli([*args, "--save-seconds", "1m30s", "--restart-seconds", "10m"])
+    assert in_units.exit_code == 0, in_units.stderr
+    assert json.loads(in_units.stdout) == json.loads(in_seconds.stdout)
+    assert json.loads(in_units.stdout)["checkpoint"]["save_seconds"] == 90
+    refused = cli([*args, "--step-seconds", "fast"])
+    assert refused.exit_code == 2
+    assert "--step-seconds" in refused.stderr and "not a duration: 'fast'" in refused.stderr
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ from google.auth.credentials import AnonymousCredentials
 
 from tests.cloud_fakes import ComputeFake, compute_server
 from tpuctl.cloud.compute_rest import firewall_rules, project_metadata, ssh_path
+from tpuctl.cloud.oslogin import OsLoginSetting, os_login_setting
 from tpuctl.cloud.resolve import Location
-from tpuctl.jobs.doctor import Inputs, firewall_check
+from tpuctl.jobs.doctor import Inputs, firewall_check, ssh_check
 from tpuctl.spec.model import Spec, TpuSpec
 
 NETWORK = "https://www.googleapis.com/compute/v1/projects/my-project/global/networks/"
@@ -82,3 +83,32 @@ def test_the_firewall_check_off_the_emulator() -> None:
         assert closed.fix is not None and "--network train" in closed.fix
     [on_emulator] = firewall_check(_inputs({"TPU_EMULATOR_HOST": "127.0.0.1:1"}))
     assert on_emulator.ok and on_emulator.message.startswith("skipped on the emulator")
+
+
+def test_one_reading_of_os_login_for_ssh_and_doctor() -> None:
+    """The node's enable-oslogin wins, else the project's, else off; an unreadable project is
+    off and says why. Doctor says what ssh will do, from the same reading."""
+    location = Location("my-project", "us-central2-b")
+    credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+    fake = ComputeFake(metadata={"enable-oslogin": "TRUE"})
+    with compute_server(fake) as url:
+        env = {"TPUCTL_COMPUTE_ENDPOINT": url}
+
+        def read(node: dict[str, str]) -> OsLoginSetting:
+            return os_login_setting(node, location, credentials=credentials, environ=env)
+
+        assert read({}) == OsLoginSetting(True, "project")
+        assert read({"enable-oslogin": "false"}) == OsLoginSetting(False, "node")
+        fake.metadata = {"enable-oslogin": "FALSE"}
+        assert read({"enable-oslogin": "TRUE"}) == OsLoginSetting(True, "node")
+        assert read({}) == OsLoginSetting(False, "project")
+        fake.metadata = {}
+        assert read({}) == OsLoginSetting(False, "default")
+        [said] = ssh_check(_inputs(env, metadata={"enable-oslogin": "TRUE"}))
+        assert said.message.startswith("OS Login (enable-oslogin TRUE in the spec's tpu.metadata)")
+    emulator = {"TPU_EMULATOR_HOST": "127.0.0.1:1"}  # without the Compute Engine endpoint
+    unread = os_login_setting({}, location, credentials=credentials, environ=emulator)
+    assert not unread.enabled and unread.decided_by == "default"
+    assert unread.unread is not None and "TPUCTL_COMPUTE_ENDPOINT is unset" in unread.unread
+    [said] = ssh_check(_inputs(emulator))
+    assert said.ok and said.message.startswith("ssh-keys in node metadata (project metadata unread")

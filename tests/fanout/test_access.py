@@ -125,3 +125,25 @@ def test_os_login_without_a_known_account_says_how_to_name_one(
     outcome = project.cli("ssh", qr.name, "--", "true")
     assert outcome.exit_code == 8
     assert "cannot tell which account" in outcome.stderr and "TPUCTL_ACCOUNT" in outcome.stderr
+
+
+def test_a_node_that_alone_turns_os_login_on_is_named(project: Project) -> None:
+    """The first node decides how the key is granted; a later node that turns OS Login on by
+    itself would ignore a metadata key, so it is named with the fix (exit 8)."""
+    qr = project.create_qr(accelerator="v4-16", slices=2)
+    api = project.api()
+    api.client.update_node(
+        request={
+            "node": {
+                "name": api.location.node_name(qr.node_ids[1]),
+                "metadata": {"enable-oslogin": "TRUE"},
+            },
+            "update_mask": {"paths": ["metadata"]},
+        }
+    ).result(timeout=30)
+    outcome = project.cli("ssh", qr.name, "--", "true")
+    assert outcome.exit_code == 8, outcome.stderr
+    assert f"node {qr.node_ids[1]} turns OS Login on" in outcome.stderr
+    assert "unlike the queued resource's first node" in outcome.stderr
+    assert "give every node the same enable-oslogin" in outcome.stderr
+    assert "does not support OS Login" not in outcome.stderr

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
+from tpuctl.clock import MAX_DURATION_SECONDS, format_duration
 from tpuctl.errors import SpecError
 from tpuctl.spec import model
 from tpuctl.spec.fields import SPEC_FIELDS, Field, walk_fields
@@ -19,76 +22,10 @@ from tpuctl.spec.load import json_schema, load_spec_text, reference_markdown
 DATA = Path(__file__).parent / "data"
 
 
-def _check(schema: dict[str, Any], value: Any, path: str = "$") -> list[str]:
-    """A tiny JSON Schema validator for the keywords json_schema() uses."""
-    errors: list[str] = []
-    types = schema.get("type")
-    if types is not None:
-        names = types if isinstance(types, list) else [types]
-        if not any(_is_type(value, name) for name in names):
-            return [f"{path}: {value!r} is not {types}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: {value!r} not in {schema['enum']}")
-    if isinstance(value, str):
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            errors.append(f"{path}: {value!r} does not match {schema['pattern']}")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append(f"{path}: too long")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{path}: below minimum")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{path}: above maximum")
-    if isinstance(value, list) and "items" in schema:
-        for index, item in enumerate(value):
-            errors += _check(schema["items"], item, f"{path}[{index}]")
-    if isinstance(value, dict):
-        errors += _check_object(schema, value, path)
-    if "anyOf" in schema and all(_check(sub, value, path) for sub in schema["anyOf"]):
-        errors.append(f"{path}: matches none of anyOf")
-    if "oneOf" in schema:
-        matches = sum(not _check(sub, value, path) for sub in schema["oneOf"])
-        if matches != 1:
-            errors.append(f"{path}: matches {matches} of oneOf")
-    if "not" in schema and not _check(schema["not"], value, path):
-        errors.append(f"{path}: matches a `not` schema")
-    return errors
-
-
-def _check_object(schema: dict[str, Any], value: dict[str, Any], path: str) -> list[str]:
-    errors = [f"{path}: missing {key}" for key in schema.get("required", []) if key not in value]
-    properties = schema.get("properties", {})
-    extra = schema.get("additionalProperties", True)
-    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-        errors.append(f"{path}: too many properties")
-    for key, item in value.items():
-        if "propertyNames" in schema:
-            errors += _check(schema["propertyNames"], key, f"{path}.{key}(name)")
-        if key in properties:
-            errors += _check(properties[key], item, f"{path}.{key}")
-        elif extra is False:
-            errors.append(f"{path}: additional property {key}")
-        elif isinstance(extra, dict):
-            errors += _check(extra, item, f"{path}.{key}")
-    return errors
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == "null":
-        return value is None
-    raise AssertionError(f"unknown type {name}")
+def _errors(value: Any) -> list[tuple[str, str]]:
+    """What the JSON Schema finds wrong with `value`: (keyword, JSON path) per error."""
+    validator = Draft202012Validator(json_schema())
+    return [(str(error.validator), error.json_path) for error in validator.iter_errors(value)]
 
 
 def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
@@ -104,6 +41,7 @@ def test_schema_is_json_and_draft_2020_12() -> None:
     assert schema["type"] == "object"
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["apiVersion", "name", "tpu"]
+    Draft202012Validator.check_schema(schema)  # a valid schema by the metaschema
 
 
 def test_schema_lists_every_key_of_the_table() -> None:
@@ -126,43 +64,69 @@ def test_schema_lists_every_key_of_the_table() -> None:
 
 
 def test_example_spec_is_valid_against_the_schema() -> None:
-    schema = json_schema()
     for name in ("reference-example.yaml", "example.yaml"):
         data = yaml.safe_load((DATA / name).read_text(encoding="utf-8"))
-        assert _check(schema, data) == [], name
+        assert _errors(data) == [], name
+
+
+BASE: dict[str, Any] = {
+    "apiVersion": "tpuctl/v1",
+    "name": "demo",
+    "tpu": {"accelerator": "v4-8", "runtime": "r"},
+}
 
 
 @pytest.mark.parametrize(
-    ("patch", "fragment"),
+    ("patch", "keyword", "where"),
     [
-        ({"capacity": {"teir": "spot"}}, "additional property teir"),
-        ({"capacity": {"tier": "spto"}}, "not in"),
+        ({"capacity": {"teir": "spot"}}, "additionalProperties", "$.capacity"),
+        ({"capacity": {"tier": "spto"}}, "enum", "$.capacity.tier"),
         (
             {"tpu": {"accelerator": "v4-8", "type": "v4", "topology": "2x2x1", "runtime": "r"}},
             "oneOf",
+            "$.tpu",
         ),
-        ({"tpu": {"runtime": "r"}}, "oneOf"),
-        ({"tpu": {"accelerator": "v4-8", "runtime": "r", "labels": {"managed-by": "x"}}}, "not"),
-        ({"tpu": {"accelerator": "v4-8", "runtime": "r", "slices": True}}, "is not integer"),
-        ({"name": "Bad_Name"}, "does not match"),
-        ({"job": {"env": {"1X": "a"}, "command": "x"}}, "does not match"),
-        ({"job": {"setup": 3, "command": "x"}}, "anyOf"),
-        ({"job": {"parallelism": {"ici": {"fsdpp": 2}}, "command": "x"}}, "additional property"),
-        ({"job": {"framework": "pax"}}, "missing command"),
-        ({"recovery": {"max_failures": -1}}, "below minimum"),
+        ({"tpu": {"runtime": "r"}}, "oneOf", "$.tpu"),
+        (
+            {"tpu": {"accelerator": "v4-8", "runtime": "r", "labels": {"managed-by": "x"}}},
+            "not",
+            "$.tpu.labels",
+        ),
+        ({"tpu": {"accelerator": "v4-8", "runtime": "r", "slices": True}}, "type", "$.tpu.slices"),
+        ({"name": "Bad_Name"}, "pattern", "$.name"),
+        ({"job": {"env": {"1X": "a"}, "command": "x"}}, "pattern", "$.job.env"),
+        ({"job": {"setup": 3, "command": "x"}}, "anyOf", "$.job.setup"),
+        (
+            {"job": {"parallelism": {"ici": {"fsdpp": 2}}, "command": "x"}},
+            "additionalProperties",
+            "$.job.parallelism.ici",
+        ),
+        ({"job": {"framework": "pax"}}, "required", "$.job"),
+        ({"recovery": {"max_failures": -1}}, "minimum", "$.recovery.max_failures"),
+        ({"deadlines": {"queue": "1.5 hours"}}, "anyOf", "$.deadlines.queue"),
+        ({"deadlines": {"provision": -90}}, "anyOf", "$.deadlines.provision"),
     ],
 )
-def test_schema_rejects_what_the_loader_rejects(patch: dict[str, Any], fragment: str) -> None:
-    base: dict[str, Any] = {
-        "apiVersion": "tpuctl/v1",
-        "name": "demo",
-        "tpu": {"accelerator": "v4-8", "runtime": "r"},
-    }
-    assert _check(json_schema(), base) == []
-    errors = _check(json_schema(), {**base, **patch})
-    assert any(fragment in error for error in errors), errors
+def test_schema_rejects_what_the_loader_rejects(
+    patch: dict[str, Any], keyword: str, where: str
+) -> None:
+    assert _errors(BASE) == []
+    assert _errors({**BASE, **patch}) == [(keyword, where)]
     with pytest.raises(SpecError):  # the loader agrees
-        load_spec_text(yaml.safe_dump({**base, **patch}))
+        load_spec_text(yaml.safe_dump({**BASE, **patch}))
+
+
+@pytest.mark.parametrize("duration", ["1.5h", "1h30m", "850ms", "2D", " 90 ", "+30s", 1.5, 45])
+def test_schema_takes_every_duration_the_loader_takes(duration: object) -> None:
+    document = {**BASE, "deadlines": {"queue": duration}}
+    assert _errors(document) == []
+    load_spec_text(yaml.safe_dump(document))
+
+
+@given(st.floats(min_value=0.001, max_value=MAX_DURATION_SECONDS, allow_nan=False))
+def test_what_tpuctl_prints_as_a_duration_is_a_valid_spec_duration(seconds: float) -> None:
+    text = format_duration(seconds)
+    assert _errors({**BASE, "deadlines": {"queue": text}}) == [], text
 
 
 def test_reference_markdown_has_a_row_per_key() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from tests.jobs.fakes import FakeClock
 from tpuctl.storage.lease import STALE_AFTER, Lease, LeaseHeld, LeaseLost
-from tpuctl.storage.storage import Storage, open_location
+from tpuctl.storage.locations import open_location
+from tpuctl.storage.storage import Storage
 
 MakeStorage = Callable[[], Storage]
 

@@ -12,7 +12,8 @@ import pytest
 from tests.storage.helpers import FakeGcs
 from tpuctl.errors import AuthError, NotFoundError, TpuctlError, UsageError
 from tpuctl.storage.gcs import GcsStorage
-from tpuctl.storage.storage import LocalStorage, Storage, open_location
+from tpuctl.storage.locations import open_location
+from tpuctl.storage.storage import LocalStorage, Storage
 from tpuctl.worker import join_location as join_url
 
 

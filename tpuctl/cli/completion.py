@@ -20,6 +20,8 @@ from click.shell_completion import (
     shell_complete,
 )
 
+from tpuctl.cli.streams import instruction_variable, silence
+
 PROG_NAME = "tpuctl"
 SHELLS = ("bash", "zsh", "fish")
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -88,8 +90,6 @@ add_completion_class(TpuctlZsh, "zsh")
 
 def completion_script(shell: str, command: click.Command) -> str:
     """What `_TPUCTL_COMPLETE={shell}_source tpuctl` prints."""
-    from tpuctl.cli.main import instruction_variable
-
     shell_class = get_completion_class(shell)
     if shell_class is None:  # SHELLS are click's own; this is a programming error
         raise LookupError(f"click has no completion for {shell}")
@@ -130,8 +130,6 @@ def answer_shell(
     /dev/null for the whole process (library warnings, google-auth's retries, grpc's C core),
     and a failure is an empty answer, never a traceback.
     """
-    from tpuctl.cli.main import silence
-
     answering = instruction.endswith("_complete")
     if answering:
         silence(sys.stderr)

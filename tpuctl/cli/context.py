@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+import click
+
 from tpuctl.cli.format import Style
 
 if TYPE_CHECKING:
@@ -78,3 +80,12 @@ def terminal_width() -> int | None:
     """The terminal's columns when stdout is one (COLUMNS wins, as for every tool), else None:
     a pipe gets whole values, one line per row."""
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def app_context() -> AppContext:
+    """The AppContext built by the root group (or a default one when a command runs alone)."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if not isinstance(root.obj, AppContext):
+        root.obj = AppContext()
+    return root.obj

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.context import app_context
 from tpuctl.cli.options import (
-    app_context,
     impersonate_option,
     output_option,
     project_zone_options,

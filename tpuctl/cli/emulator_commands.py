@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tpuctl.cli.options import output_option
+from tpuctl.cli.options import DURATION_OR_ZERO, output_option
 from tpuctl.cli.output import emit
 from tpuctl.cli.views import emulator as views
 from tpuctl.errors import TpuctlError, UsageError
@@ -51,6 +51,7 @@ def emulator_group() -> None:
 )
 @click.option(
     "--grace",
+    type=DURATION_OR_ZERO,
     default="300s",
     show_default=True,
     help="Autocheckpoint grace before a maintenance kill (divided by --speed).",
@@ -70,7 +71,7 @@ def start(  # noqa: PLR0917 - click passes options positionally
     state_dir: Path | None,
     speed: float,
     capacity: str,
-    grace: str,
+    grace: float,
     ssh_port: int,
     delays: tuple[str, ...],
     verbose: bool,
@@ -168,10 +169,15 @@ def fail_slice(queued_resource: str, slice_index: int, host: str | None) -> None
 @emulator_group.command("maintenance")
 @click.argument("node")
 @click.option("--worker", type=int, default=0, show_default=True)
-@click.option("--at", default="0", help="When, from now, e.g. +30s (emulated time).")
+@click.option(
+    "--at",
+    type=DURATION_OR_ZERO,
+    default=0.0,
+    help="When, from now, e.g. +30s (emulated time).",
+)
 @host_option
 @output_option
-def maintenance(node: str, worker: int, at: str, host: str | None) -> None:
+def maintenance(node: str, worker: int, at: float, host: str | None) -> None:
     """Maintenance on a node: SIGTERM with the autocheckpoint grace (else kill), then reboot."""
     with _admin(host) as admin:
         reply = admin.maintenance(node, worker, at)

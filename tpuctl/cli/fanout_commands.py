@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tpuctl.cli.context import app_context
 from tpuctl.cli.options import (
     DURATION,
-    app_context,
     set_option,
     spec_argument,
     target_argument,

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.context import app_context
 from tpuctl.cli.options import (
     DURATION,
-    app_context,
     dry_run_option,
     impersonate_option,
     output_option,

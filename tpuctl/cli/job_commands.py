@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tpuctl.cli.completion import complete_spec_path
+from tpuctl.cli.context import app_context
 from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
-    app_context,
     impersonate_option,
     one_of_zone_zones,
     output_option,

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tpuctl.cli.completion import complete_target
+from tpuctl.cli.context import app_context
 from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
-    app_context,
     dry_run_option,
     impersonate_option,
     one_of_zone_zones,
@@ -194,7 +194,7 @@ def _create(
     from tpuctl.cloud import lifecycle
 
     if len(zones) > 1 or spec.claims_zone:
-        from tpuctl.jobs.provision import create_in_zones
+        from tpuctl.jobs.zone_choice import create_in_zones
 
         with WaitProgress(app, spec.name).shown() as progress:
             return create_in_zones(

@@ -6,12 +6,13 @@ import importlib
 import os
 import sys
 from collections.abc import MutableMapping
-from typing import Any, TextIO
+from typing import Any
 
 import click
 
 from tpuctl import __version__
 from tpuctl.cli.context import FORMATS, AppContext
+from tpuctl.cli.streams import instruction_variable, silence
 from tpuctl.errors import ExitCode, Interrupted, TpuctlError
 
 # name -> (module, attribute, one-line help). Modules are imported only when the command runs,
@@ -193,11 +194,6 @@ def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> Non
     ctx.obj = AppContext(output=output_format, debug=debug, quiet=quiet)  # type: ignore[arg-type]
 
 
-def instruction_variable(prog_name: str) -> str:
-    """Where a shell puts its completion instruction for click: `_TPUCTL_COMPLETE`."""
-    return "_{}_COMPLETE".format(prog_name.replace("-", "_").replace(".", "_")).upper()
-
-
 def machine_format(argv: list[str]) -> str | None:
     """`json` or `yaml` when asked for (errors raised before or while options were parsed
     must honour it too), else None."""
@@ -271,12 +267,3 @@ def _from_click(error: click.ClickException) -> TpuctlError:
     context: Any = getattr(error, "ctx", None)
     hint = f"see '{context.command_path} --help'" if context is not None else None
     return UsageError(message, hint=hint)
-
-
-def silence(stream: TextIO) -> None:
-    """Point the stream's file descriptor at /dev/null, for the rest of the process."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-    except OSError:
-        pass

@@ -16,15 +16,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def app_context() -> AppContext:
-    """The AppContext built by the root group (or a default one when a command runs alone)."""
-    ctx = click.get_current_context()
-    root = ctx.find_root()
-    if not isinstance(root.obj, AppContext):
-        root.obj = AppContext()
-    return root.obj
-
-
 def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         app = ctx.find_root().obj
@@ -148,35 +139,29 @@ def dry_run_option(func: F) -> F:
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only in click ≥ 8.3
-    """`30m`, `1h30m`, `90s`, `2d` in the spec's syntax, or plain (fractional) seconds such as
-    `0.5` → seconds (> 0)."""
+    """A duration in tpuctl's one grammar (tpuctl.clock.parse_duration: `0.5`, `90s`, `1.5h`,
+    `1h30m`, `850ms`; a plain number is seconds) → seconds, more than zero unless
+    `zero_ok`."""
 
     name = "duration"
 
+    def __init__(self, *, zero_ok: bool = False) -> None:
+        self.zero_ok = zero_ok
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, float | int) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            seconds = _seconds(str(value))
-        if not seconds > 0:  # also NaN
-            self.fail(f"{value!r} is not a positive duration like 0.5, 90s or 30m", param, ctx)
+        from tpuctl.clock import DURATION_HINT, parse_duration
+
+        try:
+            seconds = parse_duration(value if isinstance(value, float | int) else str(value))
+        except ValueError as error:
+            self.fail(f"{error}; {DURATION_HINT}", param, ctx)
+        if not (seconds > 0 or self.zero_ok):
+            self.fail(f"{value!r} is not a positive duration; {DURATION_HINT}", param, ctx)
         return seconds
 
 
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    from tpuctl.spec.durations import parse_duration
-
-    try:
-        return parse_duration(text).total_seconds()
-    except ValueError:
-        return 0.0
-
-
 DURATION = DurationType()
+DURATION_OR_ZERO = DurationType(zero_ok=True)
 
 
 def impersonate_option(func: F) -> F:

@@ -10,8 +10,8 @@ from typing import TypeVar
 
 import click
 
+from tpuctl.cli.context import app_context
 from tpuctl.cli.format import Style
-from tpuctl.cli.options import app_context
 from tpuctl.cli.views.table import fit_lines
 from tpuctl.envelope import Result, envelope, error_envelope, jsonable, to_json
 from tpuctl.errors import ExitCode, TpuctlError

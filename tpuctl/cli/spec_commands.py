@@ -13,6 +13,7 @@ import click
 
 from tpuctl.cli.options import (
     DURATION,
+    DURATION_OR_ZERO,
     output_option,
     project_zone_options,
     set_option,
@@ -127,20 +128,20 @@ def render(
 )
 @click.option(
     "--save-seconds",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DURATION,
     default=None,
     help="Seconds a checkpoint save stalls training (δ); 60 when not given.",
 )
 @click.option(
     "--restart-seconds",
-    type=click.FloatRange(min=0),
+    type=DURATION_OR_ZERO,
     default=600.0,
     show_default=True,
     help="Seconds from a failure to training again (R).",
 )
 @click.option(
     "--step-seconds",
-    type=click.FloatRange(min=0, min_open=True),
+    type=DURATION,
     default=None,
     help="Seconds one training step takes: intervals and lost work also in steps.",
 )

@@ -1,13 +1,15 @@
-"""Where worker output goes while a fan-out runs: prefixed lines on our stdout/stderr, or one
-file per worker and stream."""
+"""Our process's streams: where worker output goes while a fan-out runs (prefixed lines on our
+stdout/stderr, or one file per worker and stream), a stream silenced for good, and the variable
+through which a shell asks for completions."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 if TYPE_CHECKING:
     from tpuctl.fanout.targets import WorkerTarget
@@ -68,3 +70,17 @@ class OutputFiles:
     def close(self) -> None:
         for handle in self._files.values():
             handle.close()
+
+
+def instruction_variable(prog_name: str) -> str:
+    """Where a shell puts its completion instruction for click: `_TPUCTL_COMPLETE`."""
+    return "_{}_COMPLETE".format(prog_name.replace("-", "_").replace(".", "_")).upper()
+
+
+def silence(stream: TextIO) -> None:
+    """Point the stream's file descriptor at /dev/null, for the rest of the process."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except OSError:
+        pass

@@ -70,7 +70,7 @@ def resolve_location_for(
 def _warn(message: str) -> None:
     from click import get_current_context
 
-    from tpuctl.cli.options import app_context
+    from tpuctl.cli.context import app_context
 
     if get_current_context(silent=True) is None:
         return  # shell completion (a thread of its own): nothing may reach the terminal
@@ -116,7 +116,7 @@ def connect_api(location: Location, impersonate: str | None) -> TpuApi:
     (what is being retried, for how long), not suffered in silence."""
     from dataclasses import replace
 
-    from tpuctl.cli.options import app_context
+    from tpuctl.cli.context import app_context
     from tpuctl.cloud.client import connect
 
     api = connect(location, impersonate=impersonate)

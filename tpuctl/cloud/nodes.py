@@ -10,12 +10,12 @@ from typing import Any
 
 from tpuctl.cloud.client import TpuApi, api_errors, make_retry
 from tpuctl.cloud.describe import enum_name, short_name, state_name, template_of
+from tpuctl.cloud.oslogin import node_setting
 from tpuctl.errors import AuthError, NotFoundError, TpuctlError
 
 HOSTKEY_NAMESPACE = "hostkeys/"
 HOSTNAME = "hostname"  # the guest attribute holding a worker's VM instance name
 SSH_KEYS = "ssh-keys"
-OS_LOGIN = "enable-oslogin"
 PUBLISH_ATTEMPTS = 6
 PUBLISH_TIMEOUT = 120.0
 # (algorithm, base64 blob), e.g. ("ssh-ed25519", "AAAA…")
@@ -149,10 +149,6 @@ def simulate_maintenance(api: TpuApi, node_name: str, worker: int) -> None:
 # ------------------------------------------------------------------------ ssh-keys metadata
 
 
-def os_login_enabled(metadata: Any) -> bool:
-    return str(dict(metadata).get(OS_LOGIN, "")).strip().lower() in ("true", "1", "yes")
-
-
 def has_ssh_key(ssh_keys: str, user: str, blob: str) -> bool:
     """Whether `ssh-keys` metadata already holds `user:<algorithm> <blob> …`."""
     for raw in ssh_keys.splitlines():
@@ -168,7 +164,8 @@ def add_ssh_key(api: TpuApi, node_name: str, user: str, algorithm: str, blob: st
     way gcloud does (UpdateNode with update_mask=metadata, waiting for the operation). A
     concurrent update (ABORTED or 409) is retried from a fresh read. True if it was added.
 
-    A node with `enable-oslogin: TRUE` ignores metadata keys: that is an AuthError.
+    Called once OS Login was found off (tpuctl.cloud.oslogin); a node that turns it on by
+    itself all the same ignores metadata keys: that is an AuthError.
     """
     from google.api_core import exceptions as api_exceptions
 
@@ -177,12 +174,13 @@ def add_ssh_key(api: TpuApi, node_name: str, user: str, algorithm: str, blob: st
         node = api.get_node(node_name)
         if node is None:
             raise TpuctlError(f"node {node_name} disappeared while publishing the SSH key")
-        if os_login_enabled(node.metadata):
+        if node_setting(node.metadata):
             raise AuthError(
-                f"node {short_name(node_name)} has enable-oslogin: TRUE; tpuctl does not "
-                "support OS Login yet (it publishes keys in the node's ssh-keys metadata)",
-                hint="turn OS Login off for the node's project or metadata, or use "
-                "gcloud compute tpus queued-resources ssh",
+                f"node {short_name(node_name)} turns OS Login on (enable-oslogin: TRUE in its "
+                "metadata), unlike the queued resource's first node, so it ignores the key "
+                "published in its ssh-keys metadata",
+                hint="give every node the same enable-oslogin (the spec's tpu.metadata), or "
+                "set it once in the project's metadata",
                 resource=node_name,
             )
         existing = str(dict(node.metadata).get(SSH_KEYS, ""))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from tpuctl.cloud.client import api_errors, load_credentials, make_retry, retry_seconds
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, active_gcloud_config, is_emulator
@@ -33,12 +34,14 @@ def flag(value: object) -> bool | None:
 
 
 def node_setting(metadata: Any) -> bool | None:
+    """A node's own `enable-oslogin` (its metadata, or the spec's tpu.metadata for one to be)."""
     return flag(dict(metadata).get(OS_LOGIN))
 
 
 def project_setting(
     location: Location,
     *,
+    credentials: Any = None,
     impersonate: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[bool | None, str | None]:
@@ -48,9 +51,10 @@ def project_setting(
 
     env = os.environ if environ is None else environ
     if is_emulator(env) and not env.get(COMPUTE_ENV):
-        return None, f"{COMPUTE_ENV} is unset (the emulator announces it)"
+        return None, f"{COMPUTE_ENV} is unset; the emulator announces it"
     try:
-        credentials = load_credentials(impersonate=impersonate, environ=env)
+        if credentials is None:
+            credentials = load_credentials(impersonate=impersonate, environ=env)
         metadata = project_metadata(location.project, credentials, environ=env)
     except TpuctlError as error:
         return None, error.message
@@ -59,9 +63,33 @@ def project_setting(
     return flag(metadata.get(OS_LOGIN)), None
 
 
-def uses_os_login(node: bool | None, project: bool | None) -> bool:
-    """The node's own setting wins; else the project's; else off."""
-    return node if node is not None else bool(project)
+@dataclass(frozen=True)
+class OsLoginSetting:
+    """Whether SSH to a node goes through OS Login, and what decided it."""
+
+    enabled: bool
+    decided_by: Literal["node", "project", "default"]  # default: neither says, so off
+    unread: str | None = None  # why the project's metadata could not be read (then off)
+
+
+def os_login_setting(
+    node_metadata: Any,
+    location: Location,
+    *,
+    credentials: Any = None,
+    impersonate: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> OsLoginSetting:
+    """The one reading of OS Login, for ssh and doctor alike: the node's `enable-oslogin`
+    wins; else the project's; else off (also when the project's metadata cannot be read,
+    which `unread` says). The project is read only when the node says nothing."""
+    node = node_setting(node_metadata)
+    if node is not None:
+        return OsLoginSetting(node, "node")
+    project, unread = project_setting(
+        location, credentials=credentials, impersonate=impersonate, environ=environ
+    )
+    return OsLoginSetting(bool(project), "project" if project is not None else "default", unread)
 
 
 def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = None) -> str:

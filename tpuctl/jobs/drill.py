@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tpuctl.clock import Clock
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES, WatchPolicy
-from tpuctl.errors import DeadlineError, TpuctlError, UsageError
+from tpuctl.errors import TpuctlError, UsageError
 from tpuctl.jobs.adapters import (
     FanoutJobOps,
     JobOps,
@@ -34,11 +34,10 @@ from tpuctl.jobs.adapters import (
     JournalLike,
     QueuedResourceOps,
     StorageJobRecord,
-    WorkerStatus,
 )
 from tpuctl.jobs.drill_verdict import DrillReport, judge, judge_checkpoints
-from tpuctl.jobs.drill_wait import DrillWaits
-from tpuctl.storage.logs import LogFacts, compile_step_pattern, parse_log
+from tpuctl.jobs.drill_wait import DrillFleet, DrillWaits, WaitInputs
+from tpuctl.storage.logs import compile_step_pattern
 
 if TYPE_CHECKING:
     from tpuctl.fanout.operations import Fleet
@@ -111,7 +110,7 @@ class Drill:
         self.qr = qr
         name = self.name = qr.name
         self.spec = spec
-        self.fleet_factory = fleet_factory
+        self.workers = DrillFleet(fleet_factory)
         self.options = options or DrillOptions()
         self.admin = admin
         self.jobs: JobOps = jobs or FanoutJobOps()
@@ -127,10 +126,8 @@ class Drill:
             raise UsageError(f"--step-pattern is not a regular expression: {error}") from None
         except ValueError as error:
             raise UsageError(f"--step-pattern: {error}") from None
-        self._fleet: Fleet | None = None
-        self._deadline = 0.0
         self._job_spec = spec if spec is not None else _bare_spec(name)
-        self.waits = DrillWaits(self)
+        self._waits: DrillWaits | None = None
 
     # ------------------------------------------------------------------------------ plumbing
 
@@ -141,35 +138,32 @@ class Drill:
 
     @property
     def fleet(self) -> Fleet:
-        if self._fleet is None:
-            self._fleet = self.fleet_factory()
-        return self._fleet
+        return self.workers.get()
 
-    def left(self, what: str) -> None:
-        if self.clock.monotonic() > self._deadline:
-            raise DeadlineError(
-                f"drill on {self.name}: gave up after {self.options.timeout:g} s "
-                f"waiting for {what}",
-                hint="raise --timeout, or look at tpuctl status / tpuctl logs",
+    @property
+    def waits(self) -> DrillWaits:
+        assert self._waits is not None, "a drill waits only once it runs"
+        return self._waits
+
+    def _start_waits(self) -> None:
+        """The waits of this run, given what they read, with the deadline from now."""
+        options = self.options
+        self._waits = DrillWaits(
+            WaitInputs(
                 name=self.name,
-                waiting_for=what,
+                clock=self.clock,
+                deadline=self.clock.monotonic() + options.timeout,
+                timeout=options.timeout,
+                poll=options.poll,
+                progress_patience=options.progress_patience,
+                pattern=self.pattern,
+                jobs=self.jobs,
+                job_spec=self._job_spec,
+                redeliver=None if options.external_recovery else self.spec,
+                record=self.record,
+                fleet=self.workers,
             )
-
-    def statuses(self) -> list[WorkerStatus]:
-        try:
-            return list(self.jobs.job_status(self.fleet, self._job_spec))
-        except TpuctlError:
-            self._fleet = None
-            return []
-
-    def read(self, target: WorkerTarget, boot: int | None) -> str:
-        try:
-            return self.jobs.read_log(self.fleet, self._job_spec, target, boot)
-        except TpuctlError:
-            return ""
-
-    def facts(self, target: WorkerTarget, boot: int | None = None) -> LogFacts:
-        return parse_log(self.read(target, boot), self.pattern)
+        )
 
     # ------------------------------------------------------------------------------ the drill
 
@@ -182,14 +176,15 @@ class Drill:
                 "a preempt drill recreates the queued resource from its spec: give SPEC, "
                 "or --external-recovery when tpuctl up is babysitting it"
             )
-        self._deadline = self.clock.monotonic() + options.timeout
+        self._start_waits()
+        waits = self.waits
         autocheckpoint = bool(self.spec and self.spec.checkpoint.autocheckpoint)
         report = DrillReport(
             name=self.name, run=self._job_spec.run_name, drill=kind, autocheckpoint=autocheckpoint
         )
         state = self.qr.observe().state
         while state in QUEUE_STATES or state == "PROVISIONING":  # still coming up: wait
-            self.left(f"{self.name} to be ACTIVE")
+            waits.left(f"{self.name} to be ACTIVE")
             self.clock.sleep(self.options.poll)
             state = self.qr.observe().state
         if state != "ACTIVE":
@@ -202,7 +197,7 @@ class Drill:
         target_slice = self._target_slice()
         observer = self._observer(target_slice)
         report.observer = observer.label
-        before = self.waits.preflight(report, observer)
+        before = waits.preflight(report, observer)
         before_steps = set(self.record.complete_steps()) if self.record else set()
         report.checkpoint_before = max(before_steps) if before_steps else None
         self.emit(
@@ -231,7 +226,7 @@ class Drill:
         old_text = ""
         if kind == "preempt":
             old_text = self._recover_preemption()
-        after = self.waits.wait_back(before)
+        after = waits.wait_back(before)
         report.recovered_at = self.clock.now()
         report.recovery_seconds = self.clock.monotonic() - triggered
         report.boots_before = {label: boot for label, (boot, _pid) in before.items()}
@@ -240,15 +235,15 @@ class Drill:
             at_restart = set(self.record.complete_steps()) if self.record else set()
             resumed_from = max(at_restart) if at_restart else None
             self._recovered(report, resumed_from)
-            self.waits.wait_new_checkpoint(resumed_from)
+            waits.wait_new_checkpoint(resumed_from)
             judge_checkpoints(report, before_steps=before_steps, at_restart=at_restart)
         else:
             if kind != "preempt":
-                old_text = self.read(observer, observer_status[0])
+                old_text = waits.read(observer, observer_status[0])
             # The same worker, looked up again: after a preemption (or a replaced slice) it is
             # a new VM with a new host key, and the old target would fail verification.
             observer = self._observer(target_slice)
-            new_facts = self.waits.wait_new_steps(observer)
+            new_facts = waits.wait_new_steps(observer)
             self._recovered(report, new_facts.resume_point)
             after_steps = set(self.record.complete_steps()) if self.record else set()
             judge(
@@ -325,9 +320,10 @@ class Drill:
 
     def _recover_preemption(self) -> str:
         """Wait for SUSPENDED; read what the old boot logged; recreate (unless external)."""
+        waits = self.waits
         seen_gone = False
         while True:
-            self.left("the queued resource to be SUSPENDED after the preemption")
+            waits.left("the queued resource to be SUSPENDED after the preemption")
             state = self.qr.observe().state
             if state in ("SUSPENDED", GONE) or (
                 self.options.external_recovery and state not in ("ACTIVE", "SUSPENDING")
@@ -336,28 +332,28 @@ class Drill:
                 break
             self.clock.sleep(self.options.poll)
         observer = self._observer(0)
-        old_text = self.read(observer, None) if not seen_gone else ""
+        old_text = waits.read(observer, None) if not seen_gone else ""
         if self.options.external_recovery:
             self.emit("drill.waiting", f"waiting for tpuctl up to recreate {self.name}")
             while True:
-                self.left("tpuctl up to recreate the queued resource (--external-recovery)")
+                waits.left("tpuctl up to recreate the queued resource (--external-recovery)")
                 state = self.qr.observe().state
                 if state not in SUSPENDED_STATES and state != GONE:
                     seen_gone = True
                 if seen_gone and state == "ACTIVE":
                     break
                 self.clock.sleep(self.options.poll)
-            self._fleet = None
+            self.workers.forget()
             return old_text
         assert self.spec is not None  # preempt recovery needs the spec (checked by the CLI)
         self.qr.delete()
         self.emit("qr.deleted", f"deleted {self.name} to recreate it", reason="drill")
         self.qr.create()
         self.emit("qr.recreated", f"created {self.name} again (same run name)", drill=True)
-        left = max(1.0, self._deadline - self.clock.monotonic())
+        left = max(1.0, waits.inputs.deadline - self.clock.monotonic())
         policy = WatchPolicy(until="ACTIVE", overall_timeout=left)
         self.qr.wait(policy, keep_on_timeout=True, on_event=None, clock=self.clock)
-        self._fleet = None
+        self.workers.forget()
         self.jobs.deliver_and_start(self.fleet, self.spec)
         self.emit("job.started", f"{self.name}: job delivered and started", drill=True)
         return old_text

@@ -35,13 +35,12 @@ def grant_access(
     node's `ssh-keys` metadata for `--user` (default $USER), as gcloud does.
     """
     first = api.get_node(api.location.node_name(node_ids[0]))
-    node = oslogin.node_setting(first.metadata) if first is not None else None
-    project = None
-    if node is None:
-        project, unreadable = oslogin.project_setting(api.location, impersonate=api.impersonate)
-        if unreadable is not None:
-            say(f"cannot read the project's metadata ({unreadable}); OS Login taken as off")
-    if not oslogin.uses_os_login(node, project):
+    setting = oslogin.os_login_setting(
+        first.metadata if first is not None else {}, api.location, impersonate=api.impersonate
+    )
+    if setting.unread is not None:
+        say(f"cannot read the project's metadata ({setting.unread}); OS Login taken as off")
+    if not setting.enabled:
         user = check_user(default_user(settings.user))
         for node_id in node_ids:
             node_name = api.location.node_name(node_id)
@@ -57,7 +56,7 @@ def grant_access(
         ttl_seconds=settings.key_ttl,
         impersonate=api.impersonate,
     )
-    where = "the node" if node is not None else "the project"
+    where = "the node" if setting.decided_by == "node" else "the project"
     say(
         f"OS Login ({where} turns it on): imported {key.path}.pub for {account}, expiring in "
         f"{format_duration(settings.key_ttl)}; logging in as {posix}"

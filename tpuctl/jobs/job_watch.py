@@ -2,7 +2,8 @@
 means: running, relaunched after a reboot, waiting for its code, done, failed, a crash loop.
 
 `JobWatch` belongs to one Babysitter (tpuctl.jobs.up), which owns the queued resource; it acts
-through the babysitter's injected job operations, record and journal, and never sleeps.
+through the babysitter's injected job operations, record and journal (what it needs of its
+owner is `JobOwner`), and never sleeps.
 """
 
 from __future__ import annotations
@@ -11,16 +12,67 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuctl import worker as contract
 from tpuctl.errors import ApiUnavailableError, CommandFailedError, TpuctlError
 from tpuctl.storage.logs import LogFacts, parse_log
 
 if TYPE_CHECKING:
+    from tpuctl.clock import Clock
+    from tpuctl.fanout.operations import Fleet
     from tpuctl.fanout.results import FanoutResult
-    from tpuctl.jobs.adapters import WorkerStatus
-    from tpuctl.jobs.up import Babysitter
+    from tpuctl.jobs.adapters import JobOps, JobRecord, QueuedResourceOps, WorkerStatus
+    from tpuctl.spec.model import Spec
+
+
+class JobSettings(Protocol):
+    """What the job watch reads of `up`'s options (tpuctl.jobs.up.UpOptions)."""
+
+    @property
+    def job_check_every(self) -> float: ...
+    @property
+    def settle(self) -> float: ...
+    @property
+    def crashloop_restarts(self) -> int: ...
+    @property
+    def start_attempts(self) -> int: ...
+    @property
+    def running_timeout(self) -> float: ...
+
+
+class JobTally(Protocol):
+    """The counts of `up`'s result the job watch keeps (tpuctl.jobs.up.UpResult)."""
+
+    failures: int
+    restarts: int
+    latest_step: int | None
+
+
+class JobOwner(Protocol):
+    """What a JobWatch needs of the babysitter that owns it (tpuctl.jobs.up.Babysitter)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> Spec: ...
+    @property
+    def options(self) -> JobSettings: ...
+    @property
+    def result(self) -> JobTally: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def jobs(self) -> JobOps: ...
+    @property
+    def record(self) -> JobRecord: ...
+    @property
+    def qr(self) -> QueuedResourceOps: ...
+    @property
+    def fleet(self) -> Fleet: ...
+    def emit(self, kind: str, message: str, **fields: Any) -> None: ...
+    def forget_fleet(self) -> None: ...
+    def check_stop(self) -> None: ...
 
 
 # How often the job is read while an ending settles (the settle period itself is UpOptions').
@@ -44,7 +96,7 @@ class _Ended:
 class JobWatch:
     """The job's state as `up` last saw it, and the decisions taken on it."""
 
-    def __init__(self, owner: Babysitter) -> None:
+    def __init__(self, owner: JobOwner) -> None:
         self.owner = owner
         self.boots: dict[str, int | None] = {}
         self.ended: _Ended | None = None

@@ -3,12 +3,13 @@ zones (tpuctl.jobs.zone_choice), and recreate it after a spot preemption (or a F
 ACTIVE), counting against the preemption budget; a recreate follows the zone policy again.
 
 `QrWatch` belongs to one Babysitter (tpuctl.jobs.up), whose injected QR operations, record,
-journal and clock it uses; the job side is tpuctl.jobs.job_watch.
+journal and clock it uses (what it needs of its owner is `QrOwner`); the job side is
+tpuctl.jobs.job_watch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuctl.clock import format_duration
 from tpuctl.cloud.watcher import (
@@ -22,14 +23,61 @@ from tpuctl.errors import ApiUnavailableError, PreemptedError, QueuedResourceFai
 from tpuctl.jobs.zone_choice import Found, ZoneChoice
 
 if TYPE_CHECKING:
-    from tpuctl.jobs.adapters import QueuedResourceOps
-    from tpuctl.jobs.up import Babysitter
+    from tpuctl.clock import Clock
+    from tpuctl.jobs.adapters import JobRecord, QueuedResourceOps
+    from tpuctl.jobs.job_watch import JobWatch
+    from tpuctl.spec.model import Spec
+
+
+class QrSettings(Protocol):
+    """What the QR watch reads of `up`'s options (tpuctl.jobs.up.UpOptions)."""
+
+    @property
+    def queue_timeout(self) -> float | None: ...
+    @property
+    def provision_timeout(self) -> float | None: ...
+    @property
+    def keep_on_timeout(self) -> bool: ...
+    @property
+    def zones(self) -> tuple[str, ...]: ...
+
+
+class QrTally(Protocol):
+    """The count of `up`'s result the QR watch keeps (tpuctl.jobs.up.UpResult)."""
+
+    preemptions: int
+
+
+class QrOwner(Protocol):
+    """What a QrWatch needs of the babysitter that owns it (tpuctl.jobs.up.Babysitter); `qr`
+    is replaced when a bring-up moves to another zone."""
+
+    qr: QueuedResourceOps
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> Spec: ...
+    @property
+    def options(self) -> QrSettings: ...
+    @property
+    def result(self) -> QrTally: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def record(self) -> JobRecord: ...
+    @property
+    def job(self) -> JobWatch: ...
+    def emit(self, kind: str, message: str, **fields: Any) -> None: ...
+    def forget_fleet(self) -> None: ...
+    def check_stop(self) -> None: ...
+    def renew_lease(self) -> None: ...
 
 
 class QrWatch:
     """The queued resource's state as `up` last saw it, and the recoveries it ran."""
 
-    def __init__(self, owner: Babysitter) -> None:
+    def __init__(self, owner: QrOwner) -> None:
         self.owner = owner
         self.state: str | None = None
         self.ever_active = False

@@ -9,13 +9,9 @@ from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from tpuctl.clock import DURATION_HINT
 from tpuctl.errors import SpecError
-from tpuctl.spec.durations import (
-    DURATION_HINT,
-    TIME_BOUND_HINT,
-    parse_duration,
-    parse_time_bound,
-)
+from tpuctl.spec.durations import TIME_BOUND_HINT, parse_duration, parse_time_bound
 from tpuctl.spec.fields import ROOT, Field
 from tpuctl.spec.yamlsource import Document, join_path, other_base_integer
 
@@ -234,7 +230,7 @@ class Checker:
     def time(self, kind: str, value: object, path: str) -> timedelta | datetime:
         try:
             if kind == "duration":
-                if isinstance(value, bool) or not isinstance(value, (int, str)):
+                if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                     raise ValueError(f"expected a duration, got {describe_value(value)}")
                 return parse_duration(value)
             return parse_time_bound(value)

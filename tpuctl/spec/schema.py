@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpuctl.clock import DURATION_PATTERN
 from tpuctl.spec.fields import ROOT, Field, field_at, walk_fields
 from tpuctl.spec.model import API_VERSION
 
@@ -16,11 +17,11 @@ _SCALAR_SCHEMA: dict[str, dict[str, Any]] = {
     "bool": {"type": "boolean"},
     "duration": {
         "anyOf": [
-            {"type": "integer", "minimum": 0},
-            {"type": "string", "pattern": r"^\s*([0-9]+\s*[smhd]\s*)+$|^\s*[0-9]+\s*$"},
+            {"type": "number", "minimum": 0},
+            {"type": "string", "pattern": DURATION_PATTERN},
         ]
     },
-    "time_bound": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]},
+    "time_bound": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}]},
 }
 
 

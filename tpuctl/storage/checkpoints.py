@@ -19,7 +19,8 @@ from tpuctl.clock import rfc3339
 from tpuctl.envelope import Result
 from tpuctl.errors import NotFoundError, SourceLocation, SpecError
 from tpuctl.spec.model import Spec
-from tpuctl.storage.storage import Entry, Storage, StorageKind, open_location
+from tpuctl.storage.locations import open_location
+from tpuctl.storage.storage import Entry, Storage, StorageKind
 from tpuctl.worker import DONE_FILE, checkpoint_root, record_dir
 
 COMMIT_FILE = "commit_success.txt"

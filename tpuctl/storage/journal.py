@@ -83,7 +83,7 @@ class Journal:
                     "the journal needs checkpoint.dir in the spec",
                     hint="set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
                 )
-            from tpuctl.storage.storage import open_location
+            from tpuctl.storage.locations import open_location
 
             self._storage = open_location(self.url)
         return self._storage

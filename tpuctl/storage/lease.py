@@ -202,7 +202,7 @@ def local_lease_storage(project: str, zone: str) -> Storage:
 
 def path_of(url: str) -> tuple[Storage, str]:
     """The storage of a lease URL's directory and the file's name in it."""
-    from tpuctl.storage.storage import open_location
+    from tpuctl.storage.locations import open_location
 
     directory, _, name = url.rstrip("/").rpartition("/")
     return open_location(directory), name

@@ -3,7 +3,8 @@
 Paths given to a `Storage` are relative to its root and use `/` (`"12/commit_success.txt"`);
 `""` is the root itself. Cloud Storage has no directories, only object names: a "directory" is
 a prefix that some object starts with, so it has no time of its own and an empty one does not
-exist. Cloud Storage lives in tpuctl.storage.gcs, imported only when a `gs://` location opens.
+exist. Cloud Storage lives in tpuctl.storage.gcs, imported only when a `gs://` location opens
+(tpuctl.storage.locations).
 """
 
 from __future__ import annotations
@@ -98,28 +99,6 @@ class Storage(ABC):
     @abstractmethod
     def newest_modified(self, path: str = "") -> datetime | None:
         """The newest modification time of anything under a directory (None if it is empty)."""
-
-
-def open_location(url: str) -> Storage:
-    """A `Storage` for a local path (`~` expanded, `file://` accepted) or `gs://bucket/prefix`."""
-    text = url.strip()
-    if not text:
-        raise UsageError("an empty path is not a checkpoint location")
-    if text.startswith("gs://"):
-        bucket, _, prefix = text[len("gs://") :].partition("/")
-        if not bucket:
-            raise UsageError(f"{url!r} names no bucket", hint="write gs://BUCKET/PATH")
-        from tpuctl.storage.gcs import GcsStorage
-
-        return GcsStorage(bucket, prefix.strip("/"))
-    if "://" in text and not text.startswith("file://"):
-        scheme = text.split("://", 1)[0]
-        raise UsageError(
-            f"{scheme}:// locations are not supported", hint="use a local path or gs://BUCKET/PATH"
-        )
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return LocalStorage(Path(text).expanduser())
 
 
 def relative_path(path: str) -> str:

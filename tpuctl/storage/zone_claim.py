@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _record(spec: Spec) -> Storage | None:
-    from tpuctl.storage.storage import open_location
+    from tpuctl.storage.locations import open_location
 
     record = record_dir(spec)
     if record is None or zone_claim(spec) is None:

@@ -4,13 +4,12 @@ On a terminal the table is sized to its width: columns that do not fit are short
 middle (`projects/…/nodes/x-0`), never wrapped, and identifying columns (a name, slice/worker)
 are never shortened. In a pipe every value is whole and every row is one line, columns padded
 with spaces, the way `kubectl get` prints, so `grep` and `awk` see whole rows. Plain string
-work, no rich: a table of 1,024 rows draws in milliseconds.
+work (rich only measures text that is not ASCII): a table of 1,024 rows draws in milliseconds.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -43,10 +42,13 @@ def clean(value: object) -> str:
 
 
 def display_width(text: str) -> int:
-    """Columns the text takes on a terminal (wide East Asian characters take two)."""
-    if text.isascii():
+    """Columns the text takes on a terminal: rich's cell width (wide East Asian characters
+    take two, combining and zero-width ones none)."""
+    if text.isascii():  # printable ASCII (clean() drops the rest): one column each
         return len(text)
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def shorten_middle(text: str, width: int) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tpuctl.clock import DURATION_HINT
+from tpuctl.clock import parse_duration as duration_seconds
 from tpuctl.topology import FAMILIES
 
 T = TypeVar("T")
@@ -68,16 +69,13 @@ class EmulatorConfig:
     zones: tuple[str, ...] = DEFAULT_ZONES
 
 
-_DURATION = re.compile(r"^\+?\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """`300`, `300s`, `5m`, `+30s`, `1.5h`, `250ms` → seconds."""
-    match = _DURATION.match(text.strip().lower())
-    if match is None:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 300s, 5m, 1h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+def parse_duration(text: str | float) -> float:
+    """`300`, `300s`, `5m`, `+30s`, `1.5h`, `250ms`, `1h30m` → seconds, in tpuctl's one
+    duration grammar (tpuctl.clock), its ValueError saying how to write one."""
+    try:
+        return duration_seconds(text)
+    except ValueError as error:
+        raise ValueError(f"{error} ({DURATION_HINT})") from None
 
 
 def parse_capacity(text: str) -> dict[str, int]:
@@ -121,7 +119,7 @@ def config_from_flags(
     state_dir: Path | None,
     speed: float,
     capacity: str,
-    grace: str,
+    grace: str | float,
     ssh_port: int,
     delays: list[str] | tuple[str, ...],
 ) -> EmulatorConfig:

@@ -13,38 +13,34 @@ from tpuctl.jobs.doctor.checks import (
 # --------------------------------------------------------------------------- SSH access
 
 
-def _compute_reachable(inputs: Inputs) -> bool:
-    from tpuctl.cloud.compute_rest import COMPUTE_ENV
-
-    return not inputs.emulator or bool(inputs.environ.get(COMPUTE_ENV, "").strip())
-
-
 def ssh_check(inputs: Inputs) -> list[Check]:
     """How SSH will authenticate: OS Login when node or project metadata turns it on (the
     node's own value wins), else keys in the node's ssh-keys metadata."""
-    from tpuctl.cloud.compute_rest import COMPUTE_ENV, ComputeError, project_metadata
-    from tpuctl.cloud.oslogin import OS_LOGIN, flag
+    from tpuctl.cloud.oslogin import os_login_setting
 
-    node = flag(inputs.spec.tpu.metadata.get(OS_LOGIN))
-    if node is not None:
-        return [_ssh_line(node, "the spec's tpu.metadata")]
-    if not _compute_reachable(inputs):
-        return [_ssh_line(False, f"the emulator without {COMPUTE_ENV}: project metadata unread")]
-    try:
-        project = project_metadata(inputs.project, inputs.credentials, environ=inputs.environ)
-    except ComputeError as error:
+    setting = os_login_setting(
+        inputs.spec.tpu.metadata,
+        inputs.location,
+        credentials=inputs.credentials,
+        environ=inputs.environ,
+    )
+    if setting.unread is not None and not inputs.emulator:
         return [
             warned(
                 "ssh",
-                f"cannot read project metadata ({error.message}): assuming ssh-keys in node "
+                f"cannot read project metadata ({setting.unread}): assuming ssh-keys in node "
                 "metadata, unless the project turns OS Login on",
                 "grant compute.projects.get (roles/compute.viewer) to check it",
             )
         ]
-    value = flag(project.get(OS_LOGIN))
-    return [
-        _ssh_line(bool(value), "project metadata" if value is not None else "no enable-oslogin set")
-    ]
+    source = {
+        "node": "the spec's tpu.metadata",
+        "project": "project metadata",
+        "default": "no enable-oslogin set",
+    }[setting.decided_by]
+    if setting.unread is not None:  # the emulator, without its Compute Engine endpoint
+        source = f"project metadata unread: {setting.unread}"
+    return [_ssh_line(setting.enabled, source)]
 
 
 def _ssh_line(os_login: bool, source: str) -> Check:
