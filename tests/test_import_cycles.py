@@ -12,26 +12,8 @@ from tests.test_layers import PACKAGE, imports
 # Cycles that exist today outside the emulator, each being removed. Remove a line when its
 # cycle is gone (the test fails until you do); never add one.
 KNOWN_CYCLES = {
-    # the CLI's entry point, its shared options, output and target resolution
-    frozenset(
-        {
-            "tpuctl.cli.completion",
-            "tpuctl.cli.main",
-            "tpuctl.cli.options",
-            "tpuctl.cli.output",
-            "tpuctl.cli.targets",
-        }
-    ),
-    # provisioning, its cloud adapters and the choice of zone
-    frozenset({"tpuctl.jobs.adapters", "tpuctl.jobs.provision", "tpuctl.jobs.zone_choice"}),
-    # `up` and the watches of its job and queued resources
-    frozenset({"tpuctl.jobs.job_watch", "tpuctl.jobs.qr_watch", "tpuctl.jobs.up"}),
-    # the drill and its waits
-    frozenset({"tpuctl.jobs.drill", "tpuctl.jobs.drill_wait"}),
     # SSH connections and the routes to workers
     frozenset({"tpuctl.fanout.connection", "tpuctl.fanout.routes"}),
-    # the storage front and its GCS backend
-    frozenset({"tpuctl.storage.gcs", "tpuctl.storage.storage"}),
 }
 
 
