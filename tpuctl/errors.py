@@ -21,6 +21,8 @@ class ExitCode(IntEnum):
     AUTH = 8  # authentication or permission
     UNREACHABLE = 10  # workers unreachable
     API_UNAVAILABLE = 11  # the TPU API kept failing (UNAVAILABLE, DEADLINE_EXCEEDED)
+    # `tpuctl reconcile`: the run goes on (or another supervisor holds it): call it again later.
+    IN_PROGRESS = 12
     INTERRUPTED = 130
 
 
