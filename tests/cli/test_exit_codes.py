@@ -200,3 +200,12 @@ def _open_writer_when_reader_waits(fifo: Path, process: subprocess.Popen[Any]) -
         process.wait()
         raise
     return fd
+
+
+def test_every_exit_code_is_in_the_readme_table() -> None:
+    from tests.support import REPO
+    from tpuctl.errors import ExitCode
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    missing = [code for code in ExitCode if f"\n| {int(code)} | " not in readme]
+    assert not missing, f"README's exit-code table lacks {missing}"
