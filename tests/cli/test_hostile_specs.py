@@ -14,13 +14,13 @@ import pytest
 
 from tests.cli.conftest import InvokeCli, WriteSpec
 from tests.harness import ZONE, Project, unique
-from tests.jobs.fakes import FakeClock, FakeJobs, FakeJournal, FakeQr, FakeRecord, fleet
+from tests.jobs.fakes import FakeClock, FakeJobs, FakeRecord
 from tests.jobs.fakes import spec as fake_spec
+from tests.jobs.reconcile_fakes import FakeSlices, FakeStore, make_world
 from tests.support import Outcome, child_environment
 from tpuctl.cli.targets import up_command
 from tpuctl.errors import Interrupted
-from tpuctl.jobs.job_watch import logs_command
-from tpuctl.jobs.up import Babysitter, UpOptions
+from tpuctl.jobs.up import Supervisor, UpOptions, policy_of
 from tpuctl.spec.yamlsource import MAX_SPEC_CHARS
 
 # A tpuctl that reads without bound dies of MemoryError under this cap instead of taking the
@@ -201,21 +201,20 @@ def test_the_up_command_quotes_every_word() -> None:
 
 
 def test_up_without_a_resume_hint_quotes_the_spec_path() -> None:
-    babysitter = Babysitter(
-        replace(fake_spec(), source="/tmp/my specs/job.yaml"),
-        FakeQr(),
-        fleet_factory=fleet,
-        jobs=FakeJobs(),
-        record=FakeRecord(),
-        journal=FakeJournal(),
-        options=UpOptions(poll=1.0),
-        clock=FakeClock().clock(),
+    clock = FakeClock()
+    jobs = FakeJobs()
+    job_spec = replace(fake_spec(), source="/tmp/my specs/job.yaml")
+    world = make_world(clock, FakeSlices(clock), jobs, FakeRecord(), job_spec)
+    options = UpOptions(poll=1.0)
+    supervisor = Supervisor(
+        job_spec,
+        world,
+        FakeStore(clock),
+        policy_of(job_spec, options, "z"),
+        options=options,
+        clock=clock.clock(),
         stop_requested=lambda: True,  # Ctrl-C: what is left, and how to go on
     )
     with pytest.raises(Interrupted) as raised:
-        babysitter.run()
+        supervisor.run()
     assert "resume with: tpuctl up '/tmp/my specs/job.yaml'" in (raised.value.hint or "")
-
-
-def test_the_logs_hint_is_quoted() -> None:
-    assert logs_command("my job") == "tpuctl logs 'my job'"

@@ -161,7 +161,7 @@ def test_preempt_drill_recovers_by_itself(make_job: Callable[..., Job]) -> None:
     job.start_up()  # picks the running job up and sees it through
     code, log = job.wait_up()
     assert code == 0, log
-    assert "babysitting it without a restart" in log
+    assert "supervising it without a restart" in log
     assert not job.qr_exists()
     final = json.loads((job.checkpoint_dir / "final.json").read_text())
     assert final["history"] == [[1, job.steps]]

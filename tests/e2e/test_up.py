@@ -93,7 +93,7 @@ def test_reset_resumes_and_a_finished_job_is_not_relaunched(
     # And `tpuctl up` on a finished job only cleans up.
     outcome = job.cli("up", str(job.spec), "--poll", "0.5")
     assert outcome.exit_code == 0, outcome.stderr
-    assert "done marker exists already" in outcome.stderr
+    assert ": the run is over (done)" in outcome.stderr
     assert not job.qr_exists()
 
 
@@ -158,7 +158,7 @@ def test_ctrl_c_leaves_the_job_and_up_again_picks_it_up_without_a_restart(
     job.start_up()
     code, log = job.wait_up()
     assert code == 0, log
-    assert "already running" in log and "without a restart" in log
+    assert "already running" in log and "without a restart" in log, log
     assert "job delivered" not in log
     assert not job.qr_exists()
     # One trainer process ran the whole job: one boot, started fresh once, never resumed.
@@ -202,7 +202,7 @@ def test_a_second_up_says_who_babysits_the_run_and_a_patient_one_takes_over(
     job.wait_running()
     second = job.cli("up", str(job.spec), "--poll", "0.5")
     assert second.exit_code == 1, second.stderr
-    assert "another tpuctl up babysits this run" in second.stderr
+    assert "another supervisor holds this run" in second.stderr
     assert "--wait-for-lease" in second.stderr
     assert job.journal_kinds().count("up.start") == 1  # the second wrote nothing
 
@@ -219,4 +219,4 @@ def test_a_second_up_says_who_babysits_the_run_and_a_patient_one_takes_over(
     output, _ = patient.communicate(timeout=120)
     assert patient.returncode == 0, output
     assert "waiting for 'tpuctl up" in output
-    assert "the done marker exists already" in output  # it took over a finished run
+    assert "the run is done; nothing was done" in output  # it took over a finished run

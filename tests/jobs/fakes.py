@@ -202,6 +202,7 @@ class FakeJobs:
         self.step = 0  # the step the log shows, when `logs` has nothing for the boot
         self.logs: dict[int, str] = {}  # boot → the log's text
         self.marked_done: str | None = None
+        self.tails: dict[str, str] = {}  # label → the log tail log_tails gives
         self._pids = 100
 
     def _run(self, *, new_boot: bool = False) -> None:
@@ -215,6 +216,17 @@ class FakeJobs:
     def set(self, state: str, exit_code: int | None = None, *, signalled: bool = False) -> None:
         for status in self.workers.values():
             status.state, status.exit_code, status.signalled = state, exit_code, signalled
+
+    def new_disks(self) -> None:
+        """A queued resource (re)created: fresh workers wait for their code (boot 1)."""
+        for status in self.workers.values():
+            status.state, status.boot, status.pid, status.exit_code = (
+                "waiting-for-code",
+                1,
+                None,
+                None,
+            )
+            status.signalled = False
 
     def reboot(self) -> None:
         """Maintenance or a reset: the startup script relaunches the job in a new boot."""
@@ -236,6 +248,9 @@ class FakeJobs:
     def mark_done(self, fleet: Fleet, spec: Spec, reason: str) -> FanoutResult:
         self.marked_done = reason
         return _ok(fleet)
+
+    def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
+        return {label: self.tails.get(label, f"last line of {label}\n") for label in self.workers}
 
     def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
         current = self.workers[target.label].boot or 1
@@ -344,7 +359,7 @@ class FakeLease:
         self, *, wait: bool = False, on_wait: Callable[[Holder], None] | None = None
     ) -> Holder | None:
         if self.held_by is not None:
-            raise LeaseHeld(f"another tpuctl up babysits this run: {self.held_by.command}")
+            raise LeaseHeld(f"another supervisor holds this run: {self.held_by.command}")
         self.acquired = True
         return None
 

@@ -11,20 +11,15 @@ import click
 
 from tpuctl.cli.completion import complete_spec_path
 from tpuctl.cli.context import app_context
-from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.options import (
     DURATION,
     impersonate_option,
-    one_of_zone_zones,
     output_option,
     pop_worker_ssh,
     project_zone_options,
-    run_zones_option,
     set_option,
-    spec_argument,
     ssh_settings,
     target_argument,
-    with_zones,
     worker_ssh_options,
 )
 from tpuctl.cli.output import emit
@@ -33,9 +28,7 @@ from tpuctl.cli.targets import (
     connect_api,
     is_spec_path,
     load_spec_warned,
-    resolve_location_for,
     resolve_target,
-    up_command,
 )
 from tpuctl.cli.views import jobs as views
 from tpuctl.errors import UsageError
@@ -48,7 +41,7 @@ if TYPE_CHECKING:
     from tpuctl.spec.model import Spec
 
 
-def _fleet_factory(
+def fleet_factory(
     app: AppContext, api: TpuApi, name: str, settings: SshSettings
 ) -> Callable[..., Fleet]:
     """The workers of `name`, in `zone` when given (a run that moved zones), else the api's."""
@@ -78,7 +71,7 @@ def _journal(app: AppContext, spec: Spec | None) -> JournalLike | None:
     return journal
 
 
-def _stamped(app: AppContext) -> Callable[[Any], None]:
+def stamped(app: AppContext) -> Callable[[Any], None]:
     """Each event as `RFC3339 message` on stderr."""
     from tpuctl.clock import rfc3339
 
@@ -86,132 +79,6 @@ def _stamped(app: AppContext) -> Callable[[Any], None]:
         app.info(f"{rfc3339(event.at)} {event.message}")
 
     return say
-
-
-@click.command()
-@spec_argument
-@set_option
-@click.option("--keep", is_flag=True, default=False, help="Keep the queued resource when done.")
-@click.option(
-    "--poll",
-    type=DURATION,
-    default=None,
-    help="Seconds between status polls of an ACTIVE queued resource (default: 6 s + jitter).",
-)
-@click.option(
-    "--job-check-every",
-    type=DURATION,
-    default=20.0,
-    show_default=True,
-    help="Seconds between per-worker job status checks over SSH.",
-)
-@click.option(
-    "--settle",
-    "--failure-confirm",
-    "settle",
-    type=DURATION,
-    default=120.0,
-    show_default=True,
-    help="After every worker ended the job, how long the nodes must stay undisturbed (no "
-    "reboot, maintenance or repair) before it counts as done (every worker exited 0) or as a "
-    "failure: long enough for an autocheckpoint reboot to show.",
-)
-@click.option(
-    "--queue-timeout",
-    type=DURATION,
-    default=None,
-    help="Give up after this long queueing (else the spec's deadlines.queue).",
-)
-@click.option(
-    "--provision-timeout",
-    type=DURATION,
-    default=None,
-    help="Give up after this long in PROVISIONING (else the spec's deadlines.provision).",
-)
-@click.option(
-    "--keep-on-timeout",
-    is_flag=True,
-    default=False,
-    help="At a deadline, keep the queued resource (default: delete it).",
-)
-@click.option(
-    "--wait-for-lease",
-    is_flag=True,
-    default=False,
-    help="When another tpuctl up babysits this run, wait for it to end (or die) and take "
-    "over, instead of exiting 1.",
-)
-@no_preflight_option
-@worker_ssh_options
-@project_zone_options
-@run_zones_option
-@impersonate_option
-@output_option
-def up(
-    *,
-    spec_path: str,
-    overrides: tuple[str, ...],
-    project: str | None,
-    zone: str | None,
-    zones: str | None,
-    impersonate: str | None,
-    no_preflight: bool,
-    **tuning: Any,
-) -> None:
-    """Run SPEC's job to completion: create, wait, start, watch and recover; the CI babysitter.
-
-    \b
-    Creates the queued resource (or uses the one made from this spec), waits for ACTIVE within
-    the spec's deadlines, delivers and starts the job, then watches the queued resource and
-    the job:
-    - SUSPENDED (spot preemption) or FAILED after ACTIVE: delete it, create it again under the
-      same run name (so the job resumes), start the job; recovery.max_preemptions times.
-    - the job exited on every worker without its done marker: restart it,
-      recovery.max_failures times; a maintenance event or reset is not a failure.
-    - a crash loop (2 restarts without a new checkpoint) stops at once.
-    - the done marker: delete the queued resource (unless --keep), exit 0.
-    Every decision goes to stderr with a UTC time and to the run's journal in checkpoint.dir,
-    so `tpuctl report` on any machine sees the same. Ctrl-C leaves everything running;
-    `tpuctl up SPEC` again picks the running job up without restarting it. One up at a time
-    babysits a run: it holds a lease next to the journal (renewed every 30 s, taken over when
-    3 minutes stale); a second one says who holds it and exits 1, or waits (--wait-for-lease).
-    A TPU API outage is ridden out (said every 30 s) while the job runs on.
-
-    \b
-    Exit codes: 0 done, 1 another up holds the run, 2 a preflight check blocks the run (see
-    tpuctl doctor; --no-preflight skips them), 3 job failures exhausted or a crash loop,
-    4 a queueing or provisioning deadline, 6 FAILED before ever ACTIVE, 7 preemption budget
-    exhausted, 11 the TPU API stayed unavailable, 130 interrupted.
-    """
-    from tpuctl.jobs.adapters import ApiQueuedResource
-    from tpuctl.jobs.up import Babysitter, run_lease, up_options
-
-    app = app_context()
-    overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
-    spec = load_spec_warned(app, spec_path, overrides, creating=True)
-    if spec.job is None:
-        raise UsageError(f"{spec_path} has no job section: nothing to babysit", hint="add job:")
-    location = resolve_location_for(project, zone, spec)
-    api = connect_api(location, impersonate)
-    if not no_preflight:
-        preflight(app, spec, location, api, impersonate)
-    settings = ssh_settings(app, **pop_worker_ssh(tuning))
-    resume = up_command(spec_path, overrides, project, zone)
-    run_zones = (location.zone,) if zone else spec.zones or (location.zone,)
-    options = up_options(spec, resume_hint=resume, zones=run_zones, **tuning)
-    with interrupts() as stop_flag:
-        babysitter = Babysitter(
-            spec,
-            ApiQueuedResource(api, spec),
-            fleet_factory=_fleet_factory(app, api, spec.name, settings),
-            journal=_journal(app, spec),
-            options=options,
-            on_event=_stamped(app),
-            stop_requested=stop_flag,
-            lease=run_lease(spec, location, command=resume),
-        )
-        result = babysitter.run()
-    emit(result, views.up_view)
 
 
 @click.command()
@@ -301,11 +168,11 @@ def drill(
     runner = Drill(
         ApiQueuedResource(api, resolved.spec, resolved.name),
         resolved.spec,
-        fleet_factory=_fleet_factory(app, api, resolved.name, settings),
+        fleet_factory=fleet_factory(app, api, resolved.name, settings),
         options=DrillOptions(slice=slice_index, **choices),
         admin=admin,
         journal=_journal(app, resolved.spec),
-        on_event=_stamped(app),
+        on_event=stamped(app),
     )
     with interrupts():
         report = runner.run()

@@ -105,9 +105,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Orbax checkpoints in a directory or a spec's checkpoint dir: latest step, unfinished.",
     ),
     "up": (
-        "tpuctl.cli.job_commands",
+        "tpuctl.cli.run_commands",
         "up",
         "Run a spec's job to completion: create, start, watch, recover from preemptions.",
+    ),
+    "reconcile": (
+        "tpuctl.cli.run_commands",
+        "reconcile",
+        "One supervision step of a run (for cron, a systemd timer, a CronJob…): act once, exit.",
     ),
     "drill": (
         "tpuctl.cli.job_commands",

@@ -207,6 +207,10 @@ class JobOps(Protocol):
         """Worker `target`'s job log (`current.log`, or `boot-<boot>.log`); "" when absent."""
         ...
 
+    def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
+        """Every worker's job log, its last `lines`, by label (workers that answered)."""
+        ...
+
 
 class JobRecord(Protocol):
     """The job's shared storage: the done marker and the checkpoint directory."""
@@ -287,6 +291,19 @@ class FanoutJobOps:
         if not worker.ok:
             return ""
         return worker.stdout.bytes().decode("utf-8", errors="replace")
+
+    def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
+        from tpuctl.fanout.engine import run_fanout
+        from tpuctl.jobs.scripts import job_log_script
+
+        options = fleet.options(keep_output=True, timeout=30.0)
+        script = job_log_script(spec.run_name, lines, follow=False)
+        result = run_fanout(fleet.targets, script, fleet.connect, options)
+        return {
+            worker.target.label: worker.stdout.bytes().decode("utf-8", errors="replace")
+            for worker in result
+            if worker.ok
+        }
 
 
 class StorageJobRecord:

@@ -1,6 +1,6 @@
 """Which zone a run's queued resource lives in: a spec's zones tried one after another
 (`sequential`) or all at once (`first-active`), and the zone claim that lets its job start in
-one zone only. `up` (tpuctl.jobs.qr_watch) and `create --wait` both bring a queued resource up
+one zone only. `create --wait` brings a queued resource up
 through a ZoneChoice.
 
 sequential: create in the first zone and wait with the spec's deadlines; at a deadline the wait

@@ -64,9 +64,16 @@ class Journal:
     """The journal of one spec's run; `enabled` is False without checkpoint.dir."""
 
     def __init__(
-        self, spec: Spec, *, storage: Storage | None = None, hostname: str | None = None
+        self,
+        spec: Spec,
+        *,
+        storage: Storage | None = None,
+        hostname: str | None = None,
+        url: str | None = None,
     ) -> None:
-        self.url: str | None = journal_dir(spec)
+        # `url`: a journal kept elsewhere than beside the checkpoints (a run without
+        # checkpoint.dir keeps its own in this user's state directory).
+        self.url: str | None = url or journal_dir(spec)
         self._storage = storage
         self.host = _clean_host(hostname if hostname is not None else socket.gethostname())
 
@@ -111,21 +118,34 @@ class Journal:
 
     def entries(self, *, kind: str | None = None) -> list[JournalEntry]:
         """Every readable entry, oldest first (by the time in its name, then host and seq)."""
+        found = [entry for entry in self._read_all(self.names()) if kind in (None, entry.kind)]
+        return sorted(found, key=lambda entry: entry.name)
+
+    def names(self) -> list[str]:
+        """The names of every entry, oldest first, without reading them (one listing)."""
         if not self.enabled:
             return []
         try:
             listing = self.storage.list()
         except NotFoundError:  # nothing written yet (or no bucket): an empty history
             return []
+        # A writer's temporary file, or something that is not ours, is no entry.
+        return sorted(item.name for item in listing if not item.is_dir and _NAME.match(item.name))
+
+    def read(self, names: list[str]) -> list[JournalEntry]:
+        """The entries of `names` that can be read, oldest first."""
+        return sorted(self._read_all(names), key=lambda entry: entry.name)
+
+    def _read_all(self, names: list[str]) -> list[JournalEntry]:
         found: list[JournalEntry] = []
-        for item in listing:
-            match = _NAME.match(item.name)
-            if item.is_dir or match is None:
-                continue  # a writer's temporary file, or something that is not ours
-            entry = self._read(item.name, int(match.group("ns")), match.group("host"))
-            if entry is not None and (kind is None or entry.kind == kind):
+        for name in names:
+            match = _NAME.match(name)
+            if match is None:
+                continue
+            entry = self._read(name, int(match.group("ns")), match.group("host"))
+            if entry is not None:
                 found.append(entry)
-        return sorted(found, key=lambda entry: entry.name)
+        return found
 
     def _read(self, name: str, nanoseconds: int, host: str) -> JournalEntry | None:
         try:

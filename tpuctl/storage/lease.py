@@ -56,6 +56,9 @@ class Holder:
     command: str
     started: datetime | None
     heartbeat: datetime | None
+    # How long after its last heartbeat the holder counts as dead, as it declared it (a
+    # reconcile step: its own deadline; `up`: three minutes). None: the reader's own.
+    stale_after: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> Holder:
@@ -70,6 +73,7 @@ class Holder:
             command=str(data.get("command") or "?"),
             started=parse_rfc3339(data.get("started")),
             heartbeat=parse_rfc3339(data.get("heartbeat")),
+            stale_after=_seconds(data.get("stale_after")),
         )
 
     def describe(self, now: datetime) -> str:
@@ -100,6 +104,8 @@ class Lease:
         self.command = command
         self.clock = clock or Clock()
         self.stale_after = stale_after
+        # Three heartbeats fit in the time after which others take the lease over.
+        self.renew_every = min(RENEW_EVERY, stale_after / 3)
         self.id = uuid.uuid4().hex
         self.host = hostname or socket.gethostname()
         self.started = self.clock.now()
@@ -119,13 +125,15 @@ class Lease:
             "command": self.command,
             "started": rfc3339(self.started),
             "heartbeat": rfc3339(self.clock.now()),
+            "stale_after": self.stale_after,
         }
         return json.dumps(document, sort_keys=True) + "\n"
 
     def _stale(self, holder: Holder) -> bool:
         if holder.heartbeat is None:
             return True
-        return (self.clock.now() - holder.heartbeat).total_seconds() > self.stale_after
+        limit = holder.stale_after if holder.stale_after is not None else self.stale_after
+        return (self.clock.now() - holder.heartbeat).total_seconds() > limit
 
     def acquire(
         self, *, wait: bool = False, on_wait: Callable[[Holder], None] | None = None
@@ -146,7 +154,7 @@ class Lease:
                 continue  # someone else changed it first: look again
             if not wait:
                 raise LeaseHeld(
-                    f"another tpuctl up babysits this run: {holder.describe(self.clock.now())}",
+                    f"another supervisor holds this run: {holder.describe(self.clock.now())}",
                     hint="let it be, stop it first, or pass --wait-for-lease to take over "
                     f"when it ends (the lease is {self.where})",
                     holder=holder.host,
@@ -162,11 +170,11 @@ class Lease:
         if found is None or Holder.parse(found[0]).id != self.id:
             raise LeaseLost(f"lost the lease {self.where} as soon as it was taken")
         self._version = found[1]
-        self._next_renew = self.clock.monotonic() + RENEW_EVERY
+        self._next_renew = self.clock.monotonic() + self.renew_every
         return previous
 
     def renew_if_due(self) -> None:
-        """Rewrite the heartbeat when RENEW_EVERY has passed; LeaseLost if it is not ours."""
+        """Rewrite the heartbeat when `renew_every` has passed; LeaseLost if it is not ours."""
         if self._version is None or self.clock.monotonic() < self._next_renew:
             return
         if not self.storage.replace_if(self.path, self._version, self._text()):
@@ -180,7 +188,7 @@ class Lease:
             )
         found = self.storage.read_versioned(self.path)
         self._version = found[1] if found else None
-        self._next_renew = self.clock.monotonic() + RENEW_EVERY
+        self._next_renew = self.clock.monotonic() + self.renew_every
 
     def release(self) -> None:
         """Let go (only if it is still ours); never raises."""
@@ -190,6 +198,55 @@ class Lease:
         # On failure the heartbeat goes stale, and the next up takes over.
         with contextlib.suppress(TpuctlError):
             self.storage.delete_if(self.path, version)
+
+
+class LeaseKeeper:
+    """Keeps a held lease's heartbeat going from a thread while its holder works, so one long
+    action (a delivery to 1,024 workers) does not let it go stale. A killed process's keeper
+    dies with it: its lease goes stale after its `stale_after`. Past `until` (monotonic) the
+    keeper stops renewing, so a holder that hangs loses the lease too. `check()` raises
+    LeaseLost once another holder took it over."""
+
+    def __init__(self, lease: Lease, *, until: float | None = None) -> None:
+        import threading
+
+        self.lease = lease
+        self.until = until
+        self.lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="tpuctl-lease", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+
+    def _beat(self) -> None:
+        import time
+
+        while not self._stop.wait(max(0.05, self.lease.renew_every / 2)):
+            if self.until is not None and time.monotonic() > self.until:
+                return
+            try:
+                self.lease.renew_if_due()
+            except LeaseLost as lost:
+                self.lost = lost
+                return
+            except TpuctlError:
+                continue  # storage did not answer: the next beat tries again
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def local_lease_storage(project: str, zone: str) -> Storage:

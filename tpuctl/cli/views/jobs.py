@@ -5,6 +5,7 @@ from __future__ import annotations
 from tpuctl.cli.format import MISSING, Style, value
 from tpuctl.cli.views.table import Column, pairs, render
 from tpuctl.jobs.drill_verdict import DrillReport
+from tpuctl.jobs.reconcile.step import ReconcileResult
 from tpuctl.jobs.report import JobReport
 from tpuctl.jobs.up import UpResult
 from tpuctl.storage.checkpoints import CheckpointReport
@@ -35,6 +36,14 @@ CHECKPOINT_COLUMNS = (
 
 
 def up_view(result: UpResult, _style: Style) -> str:
+    if result.already:
+        return (
+            f"{result.message or result.name + ': done'}; nothing was done. To run it again, "
+            "remove its done marker (or the run's journal for a fresh start), or give it "
+            "another run name: --set job.run_name=NAME\n"
+        )
+    if result.outcome == "stopped":
+        return f"{result.message or result.name + ': stopped'}\n"
     kept = "deleted" if result.deleted else "kept"
     where = f" in {result.zone}" if result.zone else ""
     return (
@@ -42,6 +51,13 @@ def up_view(result: UpResult, _style: Style) -> str:
         f"{result.preemptions} preemptions, {result.failures} job failures, "
         f"{result.restarts} restarts; queued resource {kept}\n"
     )
+
+
+def reconcile_view(result: ReconcileResult, _style: Style) -> str:
+    lines = [f"{result.message}"]
+    if result.outcome == "in_progress" and result.next_in_s is not None and not result.held_by:
+        lines.append(f"in progress: the next step is useful in {value(result.next_in_s)} s")
+    return "\n".join(lines) + "\n"
 
 
 def drill_view(report: DrillReport, style: Style) -> str:
