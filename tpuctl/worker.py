@@ -122,6 +122,7 @@ DONE_FILE = "DONE"
 JOURNAL_DIR = "journal"
 LEASE_FILE = "lease.json"  # who babysits the run (tpuctl up), renewed while it does
 ZONE_FILE = "ZONE"  # the zone a first-active run's job may run in
+WORKERS_DIR = "workers"  # each worker's job state, `<slice>-<worker>.json`, kept by its VM
 
 
 def join_location(base: str, *parts: str) -> str:
@@ -179,6 +180,18 @@ def zone_claim(spec: Spec) -> str | None:
     zone_policy first-active), where its startup script reads which zone that is; else None."""
     record = record_dir(spec)
     return None if record is None or not spec.claims_zone else join_location(record, ZONE_FILE)
+
+
+def worker_states_dir(spec: Spec) -> str | None:
+    """`<record dir>/workers/`: each worker's job state object (`<slice>-<worker>.json`), which
+    its startup script keeps up to date, so a supervisor can read the job without SSH. None
+    without checkpoint.dir."""
+    record = record_dir(spec)
+    return None if record is None else join_location(record, WORKERS_DIR)
+
+
+def worker_state_name(slice_index: int, worker_index: int) -> str:
+    return f"{slice_index}-{worker_index}.json"
 
 
 def journal_dir(spec: Spec) -> str | None:

@@ -120,10 +120,12 @@ def _supervised(
     tuning: dict[str, Any],
     delete_kept: bool,
 ) -> Supervised:
+    from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import FanoutJobOps, StorageJobRecord
     from tpuctl.jobs.reconcile.store import RunStore
-    from tpuctl.jobs.reconcile.world import SshWorkers, TpuSlices, World
+    from tpuctl.jobs.reconcile.world import ObjectWorkers, SshWorkers, TpuSlices, World
     from tpuctl.jobs.up import policy_of, up_options
+    from tpuctl.worker import worker_states_dir
 
     overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
     spec = load_spec_warned(app, spec_path, overrides, creating=True)
@@ -139,12 +141,15 @@ def _supervised(
     options = up_options(spec, resume_hint=command, zones=run_zones, **tuning)
     store = RunStore(spec, location.project, location.zone)
     jobs = FanoutJobOps()
+    states = worker_states_dir(spec)
+    clock = Clock()
     world = World(
         spec=spec,
         slices=TpuSlices(api, spec, fleet_factory(app, api, spec.name, settings)),
         jobs=jobs,
         record=StorageJobRecord(spec),
-        workers=SshWorkers(jobs),
+        workers=ObjectWorkers(states, jobs, clock) if states else SshWorkers(jobs),
+        clock=clock,
         save_logs=store.save_logs,
         reread_every=options.job_check_every,
     )

@@ -47,6 +47,7 @@ _SPEC_PATHS = {
     "CHECKPOINT_ROOT_SPEC": "checkpoint.dir",
     "DONE_MARKER_SPEC": "checkpoint.dir",
     "ZONE_CLAIM_SPEC": "capacity.zone_policy",
+    "WORKER_STATES_SPEC": "checkpoint.dir",
     "FRAMEWORK": "job.framework",
     "JOB_COMMAND": "job.command",
 }
@@ -92,6 +93,8 @@ def render_values(spec: Spec) -> str:
         "DONE_MARKER_SPEC": worker.done_marker(spec) or "",
         # Set for zone_policy first-active: the job runs only in the zone this file names.
         "ZONE_CLAIM_SPEC": worker.zone_claim(spec) or "",
+        # Where each worker keeps its job's state for supervisors (empty: nowhere shared).
+        "WORKER_STATES_SPEC": worker.worker_states_dir(spec) or "",
         "FRAMEWORK": job.framework,
         "JOB_COMMAND": job.command,
     }

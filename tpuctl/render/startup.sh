@@ -19,6 +19,7 @@ CHECKPOINT_DIR_SPEC='~/checkpoints'
 CHECKPOINT_ROOT_SPEC=''
 DONE_MARKER_SPEC=''
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC=''
 FRAMEWORK=custom
 JOB_COMMAND=true
 MULTISLICE=0
@@ -59,6 +60,11 @@ CHECKPOINT_ROOT=""
 STEP_NAME='^([^/]*_)?([0-9]+)$'
 BOOT_LOG=""
 STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON="" SIGNALLED=0
+# This worker's state object beside the run's journal (set once the worker knows who it is),
+# for supervisors that cannot reach it over SSH: written when the state changes, and every
+# STATE_HEARTBEAT_SECONDS while the trainer runs.
+WORKER_STATE="" LAST_STEP="" LAST_SHARED=""
+STATE_HEARTBEAT_SECONDS="${TPUCTL_STATE_HEARTBEAT_SECONDS:-60}"
 
 # To the guest agent's journal (stderr) and to this boot's log, which is what `tpuctl logs` reads.
 LOG_TO_STDERR=1
@@ -83,6 +89,62 @@ write_status() {
     printf 'reason=%s\n' "${REASON//$'\n'/ }"
     printf 'signalled=%s\n' "${SIGNALLED:-0}"
   } >"$tmp" && mv -f "$tmp" "$STATE_DIR/status"
+  write_shared_state
+}
+
+# A JSON string (quotes, backslashes and control characters escaped), with builtins only.
+json_string() {
+  local LC_ALL=C text=$1
+  text=${text//\\/\\\\}
+  text=${text//\"/\\\"}
+  text=${text//$'\n'/\\n}
+  text=${text//$'\r'/\\r}
+  text=${text//$'\t'/\\t}
+  text=${text//[$'\001'-$'\037']/}
+  printf '"%s"' "$text"
+}
+
+json_number() {
+  if [[ $1 =~ ^-?[0-9]+$ ]]; then printf '%s' "$1"; else printf null; fi
+}
+
+# The state object, when what it says changed (or with `force`, for the heartbeat).
+write_shared_state() {
+  [[ -n $WORKER_STATE ]] || return 0
+  local body text tmp now
+  body="\"state\":$(json_string "$STATUS_STATE"),\"boot\":$(json_number "$BOOT")"
+  body+=",\"pid\":$(json_number "$TRAINER_PID"),\"started\":$(json_string "$STARTED")"
+  body+=",\"exit_code\":$(json_number "$EXIT_CODE"),\"signalled\":$(json_number "${SIGNALLED:-0}")"
+  body+=",\"reason\":$(json_string "${REASON//$'\n'/ }"),\"last_step\":$(json_number "$LAST_STEP")"
+  if [[ ${1:-} != force && $body == "$LAST_SHARED" ]]; then return 0; fi
+  LAST_SHARED=$body
+  printf -v now '%(%s)T' -1
+  text="{\"version\":1,\"run\":$(json_string "$RUN_NAME"),\"slice\":$SLICE_ID"
+  text+=",\"worker\":$WORKER_ID,\"node\":$(json_string "${NODE_ID:-}"),\"heartbeat\":$now,$body}"
+  case $WORKER_STATE in
+    gs://*) printf '%s\n' "$text" | gcs_write "$WORKER_STATE" >/dev/null 2>&1 ||
+      log "warning: cannot write the state object $WORKER_STATE" ;;
+    *)
+      tmp="$WORKER_STATE.tmp.$BASHPID"
+      { mkdir -p -- "${WORKER_STATE%/*}" && printf '%s\n' "$text" >"$tmp" &&
+        mv -f -- "$tmp" "$WORKER_STATE"; } 2>/dev/null ||
+        log "warning: cannot write the state object $WORKER_STATE"
+      ;;
+  esac
+  return 0
+}
+
+# The last training step the job logged (`step N/…` or `completed step: N`), into LAST_STEP.
+read_last_step() {
+  local tail line
+  [[ -n $BOOT_LOG && -e $BOOT_LOG ]] || return 0
+  tail=$(tail -c 4096 -- "$BOOT_LOG" 2>/dev/null) || return 0
+  while IFS= read -r line; do
+    if [[ $line =~ step\ ([0-9]+)/ || $line =~ completed\ step:\ ([0-9]+) ]]; then
+      LAST_STEP=${BASH_REMATCH[1]}
+    fi
+  done <<<"$tail"
+  return 0
 }
 
 # Anything that fails before the trainer starts is a failed setup; say so where tpuctl looks.
@@ -424,6 +486,11 @@ if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
   COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
 fi
 log "worker $WORKER_ID of slice $SLICE_ID/$NUM_SLICES (node ${NODE_ID:-?}, ${ACCELERATOR_TYPE:-?})"
+if [[ -n $WORKER_STATES_SPEC ]]; then
+  resolve_shared_path "$WORKER_STATES_SPEC"
+  WORKER_STATE="$RESOLVED/$SLICE_ID-$WORKER_ID.json"
+  write_shared_state
+fi
 
 # 4b. A run queued in several zones at once (zone_policy first-active) runs only in the zone
 #     tpuctl chose for it and claimed beside the checkpoints (the first whose queued resource
@@ -651,9 +718,15 @@ supervise() {
   write_status
   log "trainer started as pid $TRAINER_PID${UNIT:+ in unit $UNIT}"
   (
+    shared_at=$SECONDS
     while kill -0 "$launcher" 2>/dev/null && kill -0 "$supervisor" 2>/dev/null; do
       sleep "$HEARTBEAT_SECONDS"
+      read_last_step
       write_status
+      if ((SECONDS - shared_at >= STATE_HEARTBEAT_SECONDS)); then
+        shared_at=$SECONDS
+        write_shared_state force
+      fi
     done
   ) 9>&- &
   heartbeat_pid=$!
@@ -671,6 +744,7 @@ supervise() {
   kill "$heartbeat_pid" 2>/dev/null
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
+  read_last_step
   # With target_step, the checkpoints say whether the job has finished: record it for good.
   local done_rc=0
   done_marker_exists || done_rc=$?

@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='/tmp/tpuctl-demo/ckpt'
 CHECKPOINT_ROOT_SPEC='/tmp/tpuctl-demo/ckpt'
 DONE_MARKER_SPEC='/tmp/tpuctl-demo/ckpt/tpuctl/emulator-demo/DONE'
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC='/tmp/tpuctl-demo/ckpt/tpuctl/emulator-demo/workers'
 FRAMEWORK='orbax'
 JOB_COMMAND='python3 toy_train.py --steps 300 --step-seconds 0.2 --checkpoint-every 25'
 MULTISLICE=1

@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='~/checkpoints'
 CHECKPOINT_ROOT_SPEC=''
 DONE_MARKER_SPEC=''
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC=''
 FRAMEWORK='custom'
 JOB_COMMAND='python3 pedagogical_examples/shardings.py --ici_fsdp_parallelism 4'
 MULTISLICE=0

@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='gs://my-bucket/maxtext'
 CHECKPOINT_ROOT_SPEC='gs://my-bucket/maxtext/llama2-7b-v4-ms/checkpoints'
 DONE_MARKER_SPEC='gs://my-bucket/maxtext/tpuctl/llama2-7b-v4-ms/DONE'
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC='gs://my-bucket/maxtext/tpuctl/llama2-7b-v4-ms/workers'
 FRAMEWORK='maxtext'
 JOB_COMMAND='python3 MaxText/train.py MaxText/configs/base.yml model_name=llama2-7b per_device_batch_size=4 steps=20000 dataset_type=synthetic ici_fsdp_parallelism=64 dcn_data_parallelism=2 checkpoint_period=500'
 MULTISLICE=1

@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='gs://my-bucket/pax/lmcloudspmd2b'
 CHECKPOINT_ROOT_SPEC='gs://my-bucket/pax/lmcloudspmd2b/checkpoints'
 DONE_MARKER_SPEC='gs://my-bucket/pax/lmcloudspmd2b/tpuctl/pax-2b/DONE'
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC='gs://my-bucket/pax/lmcloudspmd2b/tpuctl/pax-2b/workers'
 FRAMEWORK='pax'
 JOB_COMMAND='python3 .local/lib/python3.10/site-packages/paxml/main.py --exp=tasks.lm.params.lm_cloud.LmCloudSpmd2B'
 MULTISLICE=0

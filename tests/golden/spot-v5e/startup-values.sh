@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='gs://my-bucket/spot-v5e'
 CHECKPOINT_ROOT_SPEC='gs://my-bucket/spot-v5e'
 DONE_MARKER_SPEC='gs://my-bucket/spot-v5e/tpuctl/spot-v5e/DONE'
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC='gs://my-bucket/spot-v5e/tpuctl/spot-v5e/workers'
 FRAMEWORK='orbax'
 JOB_COMMAND='python3 train.py --steps 50000'
 MULTISLICE=0

@@ -7,6 +7,7 @@ CHECKPOINT_DIR_SPEC='gs://my-bucket/maxtext-v6e'
 CHECKPOINT_ROOT_SPEC='gs://my-bucket/maxtext-v6e/maxtext-v6e/checkpoints'
 DONE_MARKER_SPEC='gs://my-bucket/maxtext-v6e/tpuctl/maxtext-v6e/DONE'
 ZONE_CLAIM_SPEC=''
+WORKER_STATES_SPEC='gs://my-bucket/maxtext-v6e/tpuctl/maxtext-v6e/workers'
 FRAMEWORK='maxtext'
 JOB_COMMAND='python3 MaxText/train.py MaxText/configs/base.yml model_name=llama2-7b per_device_batch_size=2 steps=5000 dataset_type=synthetic ici_fsdp_parallelism=8'
 MULTISLICE=0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuctl import worker as contract
@@ -40,6 +41,10 @@ if TYPE_CHECKING:
 
 # write(kind, message, **fields): journal one entry (and say it).
 Write = Callable[..., None]
+# A live state whose object has not been rewritten for this long is not believed (the VM, or
+# its startup script, is gone): three of the script's one-minute heartbeats.
+STATE_STALE_AFTER = 180.0
+SECOND = timedelta(seconds=1)
 LOG_TAIL_LINES = 20  # lines of each worker's log in the journal
 LOG_KEEP_LINES = 200  # lines of each worker's log kept beside it
 LOG_TAIL_WORKERS = 8  # the journal keeps the tails of this many workers (the failed first)
@@ -158,9 +163,12 @@ class TpuSlices:
 
 class WorkerReader(Protocol):
     """Every worker's job: from the state objects its startup script keeps beside the journal,
-    or over SSH."""
+    or over SSH. `since`: when the slice set was created (an object older than that is a
+    previous incarnation's)."""
 
-    def read(self, fleet: Callable[[], Fleet], spec: Spec) -> list[WorkerSeen]: ...
+    def read(
+        self, fleet: Callable[[], Fleet], spec: Spec, since: datetime | None
+    ) -> list[WorkerSeen]: ...
 
 
 class SshWorkers:
@@ -169,8 +177,75 @@ class SshWorkers:
     def __init__(self, jobs: JobOps) -> None:
         self.jobs = jobs
 
-    def read(self, fleet: Callable[[], Fleet], spec: Spec) -> list[WorkerSeen]:
+    def read(
+        self, fleet: Callable[[], Fleet], spec: Spec, since: datetime | None = None
+    ) -> list[WorkerSeen]:
         return [worker_seen(status) for status in self.jobs.job_status(fleet(), spec)]
+
+
+class ObjectWorkers:
+    """Every worker's job from its state object beside the journal; over SSH only for the
+    workers whose object is missing, from an earlier incarnation, or stale (a live state whose
+    heartbeat is older than `stale_after`: the VM or its script is gone without a word)."""
+
+    def __init__(
+        self, url: str, jobs: JobOps, clock: Clock, *, stale_after: float = STATE_STALE_AFTER
+    ) -> None:
+        self.url = url
+        self.ssh = SshWorkers(jobs)
+        self.clock = clock
+        self.stale_after = stale_after
+        self.read_over_ssh = 0  # workers read over SSH by the last read (for benchmarks)
+
+    def read(
+        self, fleet: Callable[[], Fleet], spec: Spec, since: datetime | None = None
+    ) -> list[WorkerSeen]:
+        from tpuctl.storage.worker_states import read_worker_states
+
+        states = read_worker_states(self.url)
+        now = self.clock.now()
+        seen: dict[str, WorkerSeen] = {}
+        for label in expected_workers(spec):
+            state = states.get(label)
+            if state is None or state.heartbeat is None:
+                continue
+            if since is not None and state.heartbeat < since - SECOND:
+                continue  # written before this slice set existed (its clock has seconds)
+            age = (now - state.heartbeat).total_seconds()
+            if state.state in contract.LIVE_STATES and age > self.stale_after:
+                continue
+            seen[label] = WorkerSeen(
+                label=label,
+                state=state.state,
+                boot=state.boot,
+                pid=state.pid,
+                exit_code=state.exit_code,
+                signalled=state.signalled,
+                reason=state.reason,
+                last_step=state.last_step,
+                source="object",
+            )
+        missing = [label for label in expected_workers(spec) if label not in seen]
+        self.read_over_ssh = len(missing)
+        if missing:
+            whole = fleet()
+            targets = [target for target in whole.targets if target.label in missing]
+            for worker in self.ssh.read(lambda: whole.only(targets), spec):
+                seen[worker.label] = worker
+        return [seen[label] for label in sorted(seen, key=_label_order)]
+
+
+def expected_workers(spec: Spec) -> list[str]:
+    """Every worker of every slice of the spec, as `slice/worker`."""
+    from tpuctl.topology import parse_accelerator
+
+    vms = parse_accelerator(spec.tpu.accelerator).vms
+    return [f"{s}/{w}" for s in range(spec.tpu.slices) for w in range(vms)]
+
+
+def _label_order(label: str) -> tuple[int, int]:
+    slice_index, _, worker = label.partition("/")
+    return int(slice_index), int(worker)
 
 
 def worker_seen(status: WorkerStatus, source: str = "ssh") -> WorkerSeen:
@@ -298,7 +373,7 @@ def _read_workers(world: World, active: SliceSeen) -> list[WorkerSeen]:
             return list(last)
     try:
         workers = world.workers.read(
-            lambda: world.fleet(active.zone, active.incarnation), world.spec
+            lambda: world.fleet(active.zone, active.incarnation), world.spec, active.created_at
         )
     except TpuctlError as error:
         world.forget()  # addresses or host keys may have changed: resolve them again next time
