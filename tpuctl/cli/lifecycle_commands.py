@@ -33,6 +33,7 @@ from tpuctl.cli.progress import WaitProgress
 from tpuctl.cli.targets import (
     Target,
     connect_api,
+    connect_target,
     connect_zones,
     load_spec_warned,
     resolve_location_for,
@@ -235,7 +236,7 @@ def status(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate)
     summary = queries.status(api, resolved.name)
     if show_jobs:
         from tpuctl.jobs.control import jobs_of
@@ -302,7 +303,7 @@ def wait(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate, missing_ok=waiting["until"] == "DELETED")
     options = _wait_options(resolved.spec, **waiting)
     with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.wait(api, resolved.name, options, on_event=progress)
@@ -332,7 +333,7 @@ def reset(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate)
     with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.reset(
             api, resolved.name, wait_for_active=wait_after, timeout=timeout, on_event=progress
@@ -375,20 +376,34 @@ def delete(
         _confirm_delete(resolved, force)
     api = connect_api(resolved.location, impersonate)
     with WaitProgress(app, resolved.name).shown() as progress:
-        result = lifecycle.delete(
-            api,
-            resolved.name,
-            force=force,
-            wait_until_gone=not no_wait,
-            ignore_missing=ignore_missing,
-            timeout=timeout,
-            on_event=progress,
-        )
+        if resolved.zones:  # a spec with several zones: wherever it is, in each that holds it
+            result = lifecycle.delete_in_zones(
+                api,
+                resolved.name,
+                resolved.zones,
+                force=force,
+                wait_until_gone=not no_wait,
+                ignore_missing=ignore_missing,
+                timeout=timeout,
+                on_event=progress,
+                on_progress=app.info,
+            )
+        else:
+            result = lifecycle.delete(
+                api,
+                resolved.name,
+                force=force,
+                wait_until_gone=not no_wait,
+                ignore_missing=ignore_missing,
+                timeout=timeout,
+                on_event=progress,
+            )
     emit(result, views.delete_view)
 
 
 def _confirm_delete(resolved: Target, force: bool) -> None:
-    where = f"{resolved.location.project}/{resolved.location.zone}"
+    zones = ",".join(resolved.zones) or resolved.location.zone
+    where = f"{resolved.location.project}/{zones}"
     if not sys.stdin.isatty():
         raise UsageError(
             f"refusing to delete {resolved.name} in {where} without confirmation "

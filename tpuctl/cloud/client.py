@@ -10,7 +10,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
-from tpuctl.errors import ApiUnavailableError, AuthError, NotFoundError, TpuctlError
+from tpuctl.errors import (
+    ApiUnavailableError,
+    AuthError,
+    NotFoundError,
+    ResourceExhaustedError,
+    TpuctlError,
+)
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRY_ENV = "TPUCTL_API_RETRY_SECONDS"
@@ -216,6 +222,18 @@ def api_errors(action: str, target: str) -> Iterator[None]:
             hint="check the account has roles/tpu.admin in the project, or pass "
             "--impersonate-service-account",
             resource=target,
+        ) from None
+    except api_exceptions.ResourceExhausted as error:
+        # Reads retry it (a rate limit); a write that gets it is refused, not failing.
+        what = "no quota or capacity for it" if action == "create" else "a quota or rate limit"
+        raise ResourceExhaustedError(
+            f"{action} {target}: RESOURCE_EXHAUSTED ({what}): {_reason(error)}",
+            hint="try another zone (capacity.zones), another tier, or later; "
+            "check quota with: tpuctl doctor SPEC"
+            if action == "create"
+            else "try again later",
+            resource=target,
+            status=_status_name(error),
         ) from None
     except api_exceptions.AlreadyExists as error:
         raise AlreadyExistsError(f"{target} already exists: {_reason(error)}") from None
