@@ -140,6 +140,7 @@ def test_a_short_failed_job_s_run_is_running_time_not_provisioning() -> None:
     assert report.badput["disruption_recovery"] == 2 + 1  # 50 → 52, 90 → 91
     first, second = report.disruptions
     assert first.kind == "job failure" and first.recovery_seconds == 2
+    assert second.kind == "job failure" and second.running_again_at is None  # up gave up
 
 
 def test_a_job_whose_setup_failed_never_ran() -> None:

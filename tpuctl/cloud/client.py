@@ -277,6 +277,29 @@ def _explain(action: str, error: Any) -> str | None:
     return None
 
 
+class CallBudget:
+    """The timeout of one API call, retries included (google.api_core applies it to every
+    attempt): each attempt gets the per-call timeout, cut to what is left of the retry
+    budget, so a hung API never holds a call past the budget. A budget of 0 (no retries)
+    leaves the one attempt its per-call timeout."""
+
+    SHORTEST = 0.05  # an attempt that starts at the budget's end fails at once
+
+    def __init__(self, budget: float, per_call: float) -> None:
+        self.budget = budget if budget > 0 else per_call
+        self.per_call = per_call
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        deadline = time.monotonic() + self.budget
+
+        def attempt(*args: Any, **kwargs: Any) -> Any:
+            left = deadline - time.monotonic()
+            kwargs["timeout"] = max(self.SHORTEST, min(self.per_call, left))
+            return func(*args, **kwargs)
+
+        return attempt
+
+
 @dataclass
 class TpuApi:
     """The calls tpuctl makes, with retries, timeouts and error mapping applied uniformly.
@@ -294,6 +317,11 @@ class TpuApi:
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:
         return None if self.on_retry is None else RetryNotice(self.on_retry, what, self.retry_total)
+
+    @property
+    def timeout(self) -> CallBudget:
+        """The `timeout=` of every call: the per-call timeout within the retry budget."""
+        return CallBudget(self.retry_total, self.rpc_timeout)
 
     def _read_retry(self, what: str = "reading") -> Any:
         return make_retry(total_seconds=self.retry_total, reads=True, on_error=self._notice(what))
@@ -323,7 +351,7 @@ class TpuApi:
                 response = self.client.list_locations(
                     request=request,
                     retry=self._read_retry(f"listing the zones of {name}"),
-                    timeout=self.rpc_timeout,
+                    timeout=self.timeout,
                 )
                 zones.update(
                     location.location_id or location.name.rsplit("/", 1)[-1]
@@ -342,7 +370,7 @@ class TpuApi:
         name = self.qr_name(queued_resource_id)
         with api_errors("get", name):
             return self.client.get_queued_resource(
-                name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
+                name=name, retry=self._read_retry(f"reading {name}"), timeout=self.timeout
             )
 
     def find_queued_resource(self, queued_resource_id: str) -> Any | None:
@@ -358,7 +386,7 @@ class TpuApi:
             pager = self.client.list_queued_resources(
                 parent=parent,
                 retry=self._read_retry(f"listing queued resources in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 
@@ -369,7 +397,7 @@ class TpuApi:
             return self.client.create_queued_resource(
                 request=request,
                 retry=self._write_retry(f"creating {name}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
 
     def delete_queued_resource(
@@ -385,14 +413,14 @@ class TpuApi:
             return self.client.delete_queued_resource(
                 request=request,
                 retry=self._write_retry(f"deleting {name}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
 
     def reset_queued_resource(self, queued_resource_id: str) -> Any:
         name = self.qr_name(queued_resource_id)
         with api_errors("reset", name):
             return self.client.reset_queued_resource(
-                name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.rpc_timeout
+                name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.timeout
             )
 
     def list_nodes(self) -> list[Any]:
@@ -401,7 +429,7 @@ class TpuApi:
             pager = self.client.list_nodes(
                 parent=parent,
                 retry=self._read_retry(f"listing nodes in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 
@@ -412,7 +440,7 @@ class TpuApi:
                 return self.client.get_node(
                     name=node_name,
                     retry=self._read_retry(f"reading {node_name}"),
-                    timeout=self.rpc_timeout,
+                    timeout=self.timeout,
                 )
         except NotFoundError:
             return None
@@ -423,7 +451,7 @@ class TpuApi:
         try:
             with api_errors("get", name):
                 return self.client.get_accelerator_type(
-                    name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
+                    name=name, retry=self._read_retry(f"reading {name}"), timeout=self.timeout
                 )
         except NotFoundError:
             return None
@@ -435,7 +463,7 @@ class TpuApi:
             pager = self.client.list_accelerator_types(
                 request={"parent": parent, "page_size": 1000},
                 retry=self._read_retry(f"listing accelerator types in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return [item.type_ for item in pager]
 
@@ -446,7 +474,7 @@ class TpuApi:
             pager = self.client.list_runtime_versions(
                 request={"parent": parent},
                 retry=self._read_retry(f"listing runtime versions in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return [item.version or item.name.rsplit("/", 1)[-1] for item in pager]
 
@@ -457,7 +485,7 @@ class TpuApi:
             pager = self.client.list_reservations(
                 request={"parent": parent},
                 retry=self._read_retry(f"listing reservations in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 

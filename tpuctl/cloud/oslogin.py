@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tpuctl.cloud.client import api_errors, load_credentials, make_retry, retry_seconds
+from tpuctl.cloud.client import (
+    CallBudget,
+    api_errors,
+    load_credentials,
+    make_retry,
+    retry_seconds,
+)
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, active_gcloud_config, is_emulator
 from tpuctl.errors import AuthError, TpuctlError
 
@@ -139,9 +145,12 @@ def import_key(
         ssh_public_key=common.SshPublicKey(key=public_key, expiration_time_usec=expires),
         project_id=location.project,
     )
-    retry = make_retry(total_seconds=retry_seconds(env), reads=False)
+    budget = retry_seconds(env)
+    retry = make_retry(total_seconds=budget, reads=False)
     with api_errors("import the SSH key through OS Login for", account):
-        response = client.import_ssh_public_key(request=request, retry=retry, timeout=60.0)
+        response = client.import_ssh_public_key(
+            request=request, retry=retry, timeout=CallBudget(budget, 60.0)
+        )
     accounts = list(response.login_profile.posix_accounts)
     primary = next((a for a in accounts if a.primary), accounts[0] if accounts else None)
     if primary is None or not primary.username:
