@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
@@ -45,7 +46,18 @@ def load_credentials(
     try:
         credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
     except auth_exceptions.DefaultCredentialsError as error:
-        message = _no_credentials_message(env)
+        explicit = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+        if explicit:  # google-auth reads it first, and stops there when it is unusable
+            raise AuthError(
+                "no usable Google Cloud credentials: GOOGLE_APPLICATION_CREDENTIALS "
+                f"({explicit}: unusable, {_credentials_file_problem(explicit, error)}), and "
+                "google-auth looks nowhere else while it is set; "
+                f"{EMULATOR_ENV} is unset so the emulator is not in use",
+                hint="point it at a service-account key or ADC file, or unset it to use "
+                "gcloud's ADC ('gcloud auth application-default login')",
+                cause=str(error),
+            ) from None
+        message = _no_credentials_message(env, error)
         raise AuthError(message, hint=_login_hint(), cause=str(error)) from None
     if impersonate:
         from google.auth import impersonated_credentials
@@ -74,16 +86,50 @@ def default_project(environ: Mapping[str, str] | None = None) -> str | None:
     return str(project) if project else None
 
 
-def _no_credentials_message(env: Mapping[str, str]) -> str:
-    explicit = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+def _no_credentials_message(env: Mapping[str, str], error: Exception) -> str:
     adc_file = gcloud_config_dir(env) / "application_default_credentials.json"
-    explicit_note = f"{explicit} (unusable)" if explicit else "unset"
-    adc_note = "present but unusable" if adc_file.exists() else "missing"
-    return (
-        "no Google Cloud credentials: looked at GOOGLE_APPLICATION_CREDENTIALS "
-        f"({explicit_note}), gcloud's ADC file {adc_file} ({adc_note}) and the GCE "
-        f"metadata server (not reachable); {EMULATOR_ENV} is unset so the emulator is not in use"
+    adc_note = (
+        f"present but unusable: {_credentials_file_problem(str(adc_file), error)}"
+        if adc_file.exists()
+        else "missing"
     )
+    return (
+        "no Google Cloud credentials: looked at GOOGLE_APPLICATION_CREDENTIALS (unset), "
+        f"gcloud's ADC file {adc_file} ({adc_note}) and the GCE metadata server (not "
+        f"reachable); {EMULATOR_ENV} is unset so the emulator is not in use"
+    )
+
+
+# The "type" of the credential files google-auth loads (google.auth._default).
+CREDENTIAL_FILE_TYPES = (
+    "service_account",
+    "authorized_user",
+    "external_account",
+    "external_account_authorized_user",
+    "impersonated_service_account",
+    "gdch_service_account",
+)
+
+
+def _credentials_file_problem(path: str, error: Exception) -> str:
+    """Why google-auth could not use the credentials file at `path`, in a few words."""
+    import json
+
+    file = Path(path).expanduser()
+    if not file.exists():
+        return "no such file"
+    if file.is_dir():
+        return "a directory, not a key file"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as problem:
+        return problem.strerror or str(problem)
+    except ValueError:
+        return "not JSON"
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind not in CREDENTIAL_FILE_TYPES:
+        return f"type {kind!r} is not one google-auth loads ({', '.join(CREDENTIAL_FILE_TYPES)})"
+    return " ".join(str(error).replace(str(path), "it").split())
 
 
 def _login_hint() -> str:
