@@ -76,6 +76,10 @@ class OsLoginSetting:
     enabled: bool
     decided_by: Literal["node", "project", "default"]  # default: neither says, so off
     unread: str | None = None  # why the project's metadata could not be read (then off)
+    # Unread because this is the emulator without its Compute Engine endpoint: its usual
+    # set-up (its projects have OS Login off unless one is turned on), not worth a line on
+    # every command; `tpuctl doctor` notes it.
+    emulator_unread: bool = False
 
 
 def os_login_setting(
@@ -92,10 +96,18 @@ def os_login_setting(
     node = node_setting(node_metadata)
     if node is not None:
         return OsLoginSetting(node, "node")
+    from tpuctl.cloud.compute_rest import COMPUTE_ENV
+
     project, unread = project_setting(
         location, credentials=credentials, impersonate=impersonate, environ=environ
     )
-    return OsLoginSetting(bool(project), "project" if project is not None else "default", unread)
+    env = os.environ if environ is None else environ
+    return OsLoginSetting(
+        bool(project),
+        "project" if project is not None else "default",
+        unread,
+        emulator_unread=unread is not None and is_emulator(env) and not env.get(COMPUTE_ENV),
+    )
 
 
 def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -112,11 +124,16 @@ def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = N
         email = getattr(credentials, "service_account_email", None)
         if isinstance(email, str) and "@" in email:
             return email
-    account = active_gcloud_config(env).account
-    if account:
-        return account
+    gcloud = active_gcloud_config(env)
+    if gcloud.account:
+        return gcloud.account
+    skipped = (
+        f" (cannot read the gcloud configuration, {gcloud.problem}; skipped)"
+        if gcloud.problem is not None
+        else ""
+    )
     raise AuthError(
-        "OS Login is on, and tpuctl cannot tell which account to import the SSH key for",
+        "OS Login is on, and tpuctl cannot tell which account to import the SSH key for" + skipped,
         hint=f"set {ACCOUNT_ENV}=you@example.com, run 'gcloud config set account ACCOUNT', "
         "or pass --impersonate-service-account",
     )
