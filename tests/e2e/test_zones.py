@@ -328,3 +328,18 @@ def test_delete_never_reports_success_while_a_zone_could_not_be_asked(
     missing = project.cli("delete", str(spec), "--yes", "--ignore-missing", "--format", "json")
     assert missing.exit_code == 8, missing.stdout
     assert "us-east5-b" in missing.json()["error"]["message"]
+
+
+def test_one_zone_refusing_the_create_says_nothing_was_created(project: Project) -> None:
+    spec = project.spec()
+    project.emulator.admin.api_fault(create_exhausted=1)
+    try:
+        outcome = project.cli("create", str(spec), "--wait", "--format", "json")
+    finally:
+        project.emulator.admin.api_fault(create_exhausted=0)
+    assert outcome.exit_code == 1, outcome.stderr
+    error = outcome.json()["error"]
+    assert (error["kind"], error["created"]) == ("resource_exhausted", False)
+    assert "refused the create" in error["message"] and "nothing was created" in error["message"]
+    assert "capacity.zones" in error["hint"]
+    assert not project.qr_exists(spec.stem)
