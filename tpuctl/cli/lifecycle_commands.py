@@ -142,9 +142,11 @@ def create(
     A same-named queued resource from a different spec is an error listing what differs.
     With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling);
     with several zones (capacity.zones or --zones) it queues in them as capacity.zone_policy
-    says, as `up` does, and says which zone it ended up in. Without --wait only the first zone
-    is used. First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
-    blocking one is exit 2 with its fix.
+    says, as `up` does, and says which zone it ended up in. Without --wait one zone is used:
+    the one already holding it, else the first that accepts the create (a zone answering
+    RESOURCE_EXHAUSTED created nothing, so the next is tried, with or without --wait). First
+    the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a blocking one
+    is exit 2 with its fix.
     """
     from tpuctl.cloud.results import CreateResult
     from tpuctl.jobs.provision import create_request

@@ -460,8 +460,9 @@ def create_in_zones(
     """`create --wait` across several zones, as `up` brings a run up (tpuctl.jobs.zone_choice):
     one after another at each queueing deadline, or first-active. Ctrl-C leaves what is
     queued and names the command that deletes each (or deletes them with
-    --delete-on-interrupt). Without `wait`, the first zone only (claimed for a first-active
-    spec, so its job starts there)."""
+    --delete-on-interrupt); any other error names what is left where. Without `wait`, where
+    the run's queued resource already is, else the first zone that accepts the create
+    (claimed for a first-active spec, so its job starts there)."""
     from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import ApiQueuedResource, StorageJobRecord
 
@@ -483,13 +484,8 @@ def create_in_zones(
         on_watch=on_event,
         on_zone=moved,
     )
-    if not wait:
-        ops = choice.create_only()
-        return CreateResult(
-            "created" if choice.created else "exists", spec.name, choice.request_id, zone=ops.zone
-        )
     try:
-        ops = choice.bring_up(choice.find())
+        ops = choice.bring_up(choice.find()) if wait else choice.create_only()
         return _brought_up(api.in_zone(ops.zone), spec.name, choice, options)
     except KeyboardInterrupt:
         left = {ops.zone: ops for ops in [current, *choice.racers]}
@@ -514,7 +510,7 @@ def _brought_up(
     if waited is not None:
         result.wait = waited
         result.queued_resource = waited.queued_resource
-    else:  # taken up ACTIVE as it was found: no wait
+    else:  # no wait (`create` alone), or taken up ACTIVE as it was found
         result.queued_resource = queries.status(api, name)
     return result
 
