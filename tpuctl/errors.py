@@ -133,6 +133,13 @@ class ApiUnavailableError(TpuctlError):
     kind = "api_unavailable"
 
 
+class ResourceExhaustedError(TpuctlError):
+    """The service said RESOURCE_EXHAUSTED to a write: on a create, the zone has no quota or
+    capacity for it (nothing was created), so another zone may still say yes."""
+
+    kind = "resource_exhausted"
+
+
 class DeadlineError(TpuctlError):
     exit_code = ExitCode.DEADLINE
     kind = "deadline"

@@ -314,3 +314,21 @@ def test_doctor_help_imports_no_heavy_module(tmp_path: Path) -> None:
     code, modules = imported_by(["doctor", "--help"], tmp_path)
     assert code == 0
     assert modules.isdisjoint(HEAVY), sorted(modules & set(HEAVY))
+
+
+def test_a_preflight_with_warnings_does_not_count_them_as_passed(project: Project) -> None:
+    """A check that could not be made is a warning: the closing line counts it apart from the
+    checks that passed, so "N checks passed" never follows a "could not check"."""
+    spec = write(project)
+    usage = ServiceUsageFake(refuse=grpc.StatusCode.PERMISSION_DENIED)
+    with service_usage_server(usage) as usage_host:
+        env = {"TPUCTL_SERVICE_USAGE_ENDPOINT": usage_host}
+        outcome = project.cli("create", str(spec), env=env)
+        document = project.cli("doctor", str(spec), "--format", "json", env=env).json()
+    assert outcome.exit_code == 0, outcome.stderr
+    lines = outcome.stderr.splitlines()
+    [closing] = [line for line in lines if line.startswith("preflight: ")]
+    assert any(line.startswith("warning: tpu-api: cannot read") for line in lines)
+    assert "1 could not be checked (warning above)" in closing, closing
+    passed = int(closing.split("preflight: ", 1)[1].split(" ", 1)[0])
+    assert passed == sum(c["ok"] and c["severity"] != "info" for c in document["checks"])

@@ -316,3 +316,83 @@ def gc_at_a_terminal(project: Project, answer: str) -> subprocess.CompletedProce
         if terminal != -1:
             os.close(terminal)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def test_include_exited_collects_a_job_that_crashed_everywhere_unless_up_babysits_it(
+    project: Project,
+) -> None:
+    """What a dead laptop or CI run leaves billed: an ACTIVE queued resource whose job exited
+    on every worker without being done. Kept by default, its row saying the exit code and what
+    --include-exited would do; collected with it; kept anyway while a live tpuctl up holds
+    the run's lease (that up decides)."""
+    from tpuctl.storage.lease import Lease, path_of
+    from tpuctl.worker import lease_location
+
+    checkpoints = project.tmp_path / "ckpt-crash"
+    name = create_in(
+        project,
+        ZONE,
+        {"prefix": "crash", "tpu": V4_8, "checkpoint": {"dir": str(checkpoints)}}
+        | {"job": {"command": "exit 3"}},
+    )
+    wait_state(project, ZONE, name, "ACTIVE")
+    wait_for(lambda: job_states(project, ZONE, name) == {"exited"}, 60, "the job to exit")
+
+    def row(*flags: str) -> dict[str, Any]:
+        outcome = project.cli("gc", "--dry-run", "--format", "json", *flags)
+        assert outcome.exit_code == 0, outcome.stderr
+        check(outcome.json(), "gc", "gc --dry-run")
+        return rows_by_name(outcome.json())[name]
+
+    kept = row()
+    assert (kept["verdict"], kept["job_state"], kept["exit_codes"]) == ("keep", "exited", [3])
+    assert (
+        "exit 3 on 0/0" in kept["reason"] and "--include-exited would delete it" in kept["reason"]
+    )
+    chosen = row("--include-exited")
+    assert chosen["verdict"] == "delete" and "deleting it stops the bill" in chosen["reason"]
+
+    spec = load_spec(project.tmp_path / f"{name}.yaml", environ=project.env).spec
+    url = lease_location(spec)
+    assert url is not None
+    lease = Lease(*path_of(url), command="tpuctl up crash.yaml")
+    lease.acquire()
+    try:
+        babysat = row("--include-exited")
+    finally:
+        lease.release()
+    assert babysat["verdict"] == "keep" and "a tpuctl up babysits it" in babysat["reason"]
+
+    collected = project.cli("gc", "--yes", "--include-exited", "--format", "json")
+    assert collected.exit_code == 0, collected.stderr
+    assert rows_by_name(collected.json())[name]["deleted"] is True
+    assert state_of(project, ZONE, name) is None
+
+
+def test_gc_forgets_the_host_key_pins_of_the_nodes_it_deletes(project: Project) -> None:
+    """Pins in tpuctl's own known-hosts file of a node gc deleted are pruned (said, and in the
+    JSON); --dry-run only says what it would prune; a pin of any other node stays."""
+    name = create_in(project, ZONE, {"prefix": "pinned", "tpu": V4_8})  # no job: collectable
+    wait_state(project, ZONE, name, "ACTIVE")
+    assert project.cli("ssh", name, "--", "true").exit_code == 0  # pins its one worker
+    known_hosts = project.home / ".ssh" / "tpuctl_known_hosts"
+    node = api_in(project, ZONE).get_node(api_in(project, ZONE).location.node_name(name))
+    alias = f"tpu.{node.id}-0"
+    other = "tpu.987654321-0 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBtlCXeqh9Y7jAPAmMt4cH1S other"
+    with known_hosts.open("a", encoding="utf-8") as pins:
+        pins.write(other + "\n")
+    before = known_hosts.read_text(encoding="utf-8")
+    assert alias in before
+
+    dry = project.cli("gc", "--dry-run", "--format", "json")
+    assert dry.exit_code == 0, dry.stderr
+    assert dry.json()["pins"] == [alias]
+    assert f"dry run: would prune 1 host-key pin of deleted nodes from {known_hosts}" in dry.stderr
+    assert known_hosts.read_text(encoding="utf-8") == before
+
+    done = project.cli("gc", "--yes", "--format", "json")
+    assert done.exit_code == 0, done.stderr
+    assert done.json()["pins"] == [alias]
+    assert f"pruned 1 host-key pin of deleted nodes from {known_hosts} ({alias})" in done.stderr
+    after = known_hosts.read_text(encoding="utf-8")
+    assert alias not in after and other in after

@@ -3,8 +3,10 @@ local server, and the verdict on which rules let SSH reach the TPU VMs."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from tests.cloud_fakes import ComputeFake, compute_server
@@ -112,3 +114,23 @@ def test_one_reading_of_os_login_for_ssh_and_doctor() -> None:
     assert unread.unread is not None and "TPUCTL_COMPUTE_ENDPOINT is unset" in unread.unread
     [said] = ssh_check(_inputs(emulator))
     assert said.ok and said.message.startswith("ssh-keys in node metadata (project metadata unread")
+
+
+def test_os_login_with_an_unreadable_gcloud_config_says_it_was_skipped(tmp_path: Path) -> None:
+    """The account OS Login imports the key for may come from gcloud's [core] account; a
+    configuration that cannot be read is named as skipped, not passed over in silence."""
+    from tpuctl.cloud.oslogin import caller
+    from tpuctl.errors import AuthError
+
+    config = tmp_path / "gcloud"
+    (config / "configurations").mkdir(parents=True)
+    (config / "configurations" / "config_default").write_bytes(b"account = \xff\n")
+    env = {"TPU_EMULATOR_HOST": "127.0.0.1:1", "CLOUDSDK_CONFIG": str(config)}
+    with pytest.raises(AuthError) as raised:
+        caller(environ=env)
+    line = raised.value.one_line()
+    assert "cannot tell which account" in line
+    assert "cannot read the gcloud configuration" in line and "skipped" in line, line
+    assert "config_default: not UTF-8" in line
+    (config / "configurations" / "config_default").write_text("[core]\naccount = me@x.com\n")
+    assert caller(environ=env) == "me@x.com"

@@ -60,3 +60,29 @@ def test_adc_key_file_and_impersonation(tmp_path: Path, monkeypatch: pytest.Monk
     acting = load_credentials(impersonate=target, environ=env)
     assert isinstance(acting, impersonated_credentials.Credentials)
     assert acting.service_account_email == target
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "no such file"),
+        ("{not json", "not JSON"),
+        ('{"type": "mystery"}', "type 'mystery'"),
+    ],
+)
+def test_an_unusable_credentials_file_says_why_in_the_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | None, why: str
+) -> None:
+    """The message a table shows (not only the JSON error's `cause`) says what is wrong with
+    the file GOOGLE_APPLICATION_CREDENTIALS names."""
+    from tpuctl.errors import AuthError
+
+    key = tmp_path / "key.json"
+    if content is not None:
+        key.write_text(content, encoding="utf-8")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    with pytest.raises(AuthError) as raised:
+        load_credentials(environ={"GOOGLE_APPLICATION_CREDENTIALS": str(key)})
+    line = raised.value.one_line()
+    assert f"GOOGLE_APPLICATION_CREDENTIALS ({key}: unusable, {why}" in line, line

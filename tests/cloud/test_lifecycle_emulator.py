@@ -56,6 +56,7 @@ def test_happy_path_create_wait_status_reset_delete(project: Project) -> None:
         "action": "deleted",
         "force": True,
         "state": "ACTIVE",
+        "zones": ["us-central2-b"],
     }
     assert project.cli("status", name).exit_code == 5
     # Deleting what is not there: 5, or success when asked.

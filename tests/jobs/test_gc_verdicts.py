@@ -113,3 +113,45 @@ def test_a_zone_that_failed_exits_with_its_code_after_the_deletes() -> None:
     assert error is not None and "1 of 2 zones could not be asked (y)" in error.message
     everything_ok = GarbageCollection("p", ["z"], True, None, [row("a", verdict="keep")])
     assert everything_ok.exit_code == ExitCode.OK and everything_ok.exit_error() is None
+
+
+def ended(state: str, code: int | None, *, index: int = 0, slice_index: int = 0) -> WorkerJobStatus:
+    return WorkerJobStatus(
+        slice=slice_index, node="job", worker=index, state=state, boot=1, pid=None,
+        started=None, exit_code=code, heartbeat_age_s=600.0, reason=None, reachable=True,
+    )  # fmt: skip
+
+
+def test_a_job_that_exited_everywhere_is_kept_saying_how_to_collect_it() -> None:
+    """Crashed, or finished without its marker: billed, and nothing will run on it again unless
+    someone restarts it. Kept by default (the row says what --include-exited would do)."""
+    crashed = [ended("exited", 1), ended("exited", 1, index=1)]
+    decided, reason, joined = job_verdict(crashed)
+    assert (decided, joined) == ("keep", "exited")
+    assert "exited on every worker without being done (exit 1 on 0/0, 0/1)" in reason
+    assert "--include-exited would delete it" in reason
+
+
+@pytest.mark.parametrize(
+    ("statuses", "codes"),
+    [
+        ([ended("exited", 137), ended("exited", 1, index=1)], "exit 137 on 0/0; exit 1 on 0/1"),
+        ([ended("exited", 0), ended("done", None, index=1)], "exit 0 on 0/0; done on 0/1"),
+        ([ended("setup-failed", 2), ended("setup-failed", 2, index=1)], "setup failed"),
+    ],
+)
+def test_include_exited_deletes_a_job_ended_everywhere(
+    statuses: list[WorkerJobStatus], codes: str
+) -> None:
+    decided, reason, _ = job_verdict(statuses, include_exited=True)
+    assert decided == "delete", reason
+    assert codes in reason
+    assert "deleting it stops the bill; its checkpoints stay" in reason
+
+
+def test_include_exited_never_takes_a_job_still_running_somewhere() -> None:
+    statuses = [ended("exited", 1), ended("running", None, index=1)]
+    decided, _reason, _ = job_verdict(statuses, include_exited=True)
+    assert decided == "keep"
+    assert job_verdict([ended("done", None)], include_exited=True)[0] == "delete"
+    assert job_verdict([worker("none")], include_exited=True)[0] == "delete"

@@ -117,3 +117,40 @@ def test_a_journal_without_zones_has_an_empty_zone_list() -> None:
     entries = [at(0, "up.start"), at(1, "qr.created"), at(5, "qr.state", state="ACTIVE")]
     report = build_report(entries, name="n", run="n")
     assert all(phase.to_dict()["zones"] == [] for phase in report.timeline)
+
+
+def test_a_short_failed_job_s_run_is_running_time_not_provisioning() -> None:
+    """The job started, exited before up's first look saw it running, and failed: the time
+    from its start to the failure was the job's, on an ACTIVE slice. A restart that fails as
+    fast is running time again, after the recovery from the first failure."""
+    entries = [
+        at(0, "up.start"),
+        at(1, "qr.created"),
+        at(10, "qr.state", state="ACTIVE"),
+        at(20, "job.started"),
+        at(50, "job.failed", exit_codes=[1], states=["exited", "exited"]),
+        at(52, "job.restarted", count=1),
+        at(90, "job.failed", exit_codes=[1], states=["exited", "exited"]),
+        at(91, "up.exit", exit_code=3, outcome="failed"),
+    ]
+    report = build_report(entries, name="n", run="n", now=T0 + timedelta(hours=1))
+    assert report.status == "failed" and report.total_seconds == 91
+    assert report.badput["provisioning"] == 10  # ACTIVE until the job started: 10 → 20
+    assert report.running_seconds == 30 + 38  # 20 → 50, then 52 → 90
+    assert report.badput["disruption_recovery"] == 2 + 1  # 50 → 52, 90 → 91
+    first, second = report.disruptions
+    assert first.kind == "job failure" and first.recovery_seconds == 2
+    assert second.kind == "job failure" and second.running_again_at is None  # up gave up
+
+
+def test_a_job_whose_setup_failed_never_ran() -> None:
+    entries = [
+        at(0, "up.start"),
+        at(10, "qr.state", state="ACTIVE"),
+        at(20, "job.started"),
+        at(50, "job.failed", exit_codes=[], states=["setup-failed", "setup-failed"]),
+        at(51, "up.exit", exit_code=3, outcome="failed"),
+    ]
+    report = build_report(entries, name="n", run="n", now=T0 + timedelta(hours=1))
+    assert report.running_seconds == 0
+    assert report.badput["provisioning"] == 40  # boot and setup: the job never ran

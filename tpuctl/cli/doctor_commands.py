@@ -21,9 +21,12 @@ from tpuctl.cli.targets import connect_api, load_spec_warned, resolve_location_f
 from tpuctl.cli.views.doctor import doctor_view
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tpuctl.cli.context import AppContext
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.resolve import Location
+    from tpuctl.jobs.doctor.checks import Check
     from tpuctl.spec.model import Spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -92,4 +95,18 @@ def preflight(
     if error is not None:
         error.hint = f"{error.hint}; or skip the checks with --no-preflight"
         raise error
-    app.info(f"preflight: {len(result.checks)} checks passed in {result.elapsed_seconds:.1f} s")
+    app.info(f"preflight: {preflight_count(result.checks)} in {result.elapsed_seconds:.1f} s")
+
+
+def preflight_count(checks: Sequence[Check]) -> str:
+    """The preflight's closing count: what passed, apart from what could not be checked
+    (warned above) and what was only noted (skipped, or what will be used)."""
+    passed = sum(check.ok and check.severity != "info" for check in checks)
+    warned = sum(check.warns for check in checks)
+    noted = sum(check.ok and check.severity == "info" for check in checks)
+    parts = [f"{passed} check{'s' if passed != 1 else ''} passed"]
+    if warned:
+        parts.append(f"{warned} could not be checked (warning{'s' if warned != 1 else ''} above)")
+    if noted:
+        parts.append(f"{noted} noted")
+    return ", ".join(parts)

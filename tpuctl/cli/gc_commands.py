@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 @click.option(
     "--timeout", type=DURATION, default=600.0, help="Give up waiting for each to go after this."
 )
+@click.option(
+    "--include-exited",
+    is_flag=True,
+    default=False,
+    help="Also delete an ACTIVE one whose job exited on every worker without being done "
+    "(crashed, or finished without its marker), unless a tpuctl up babysits it; the row "
+    "gives the exit codes.",
+)
 @dry_run_option
 @yes_option
 @worker_ssh_options
@@ -54,6 +62,7 @@ def gc(
     all_zones: bool,
     impersonate: str | None,
     timeout: float,
+    include_exited: bool,
     dry_run: bool,
     yes: bool,
     **ssh: Any,
@@ -63,9 +72,14 @@ def gc(
 
     An ACTIVE one's job is read on every worker over SSH, as `status --jobs` does (the run name
     from its tpuctl-run label): done everywhere, or never started anywhere, makes it
-    collectable; an unreachable worker keeps it. Everything else (queueing, provisioning, a job
-    still running) is kept, and every row says why. Queued resources without tpuctl's labels are
-    never touched. Deletes take the nodes too (force) and go side by side.
+    collectable; an unreachable worker keeps it. A job that exited on every worker without
+    being done (crashed, or finished without its marker: what a dead laptop or CI run leaves
+    billed) is kept, its row giving the exit codes, unless --include-exited; a live `tpuctl up`
+    babysitting it keeps it anyway. Everything else (queueing, provisioning, a job still
+    running) is kept, and every row says why. Queued resources without tpuctl's labels are
+    never touched. Deletes take the nodes too (force) and go side by side, and the host-key pins
+    of the nodes deleted are removed from tpuctl's known-hosts file (said on stderr; with
+    --dry-run, what would be removed).
 
     Without --yes it asks on a terminal and refuses elsewhere (exit 2). Exits 1 when a delete
     failed, else with the code of a zone that could not be listed (as `list`).
@@ -81,7 +95,10 @@ def gc(
         )
     api, asked = connect_zones(project, zone, zones, all_zones, impersonate)
     options = garbage.GcOptions(
-        older_than=older_than, dry_run=dry_run, ssh=ssh_settings(app, **ssh)
+        older_than=older_than,
+        dry_run=dry_run,
+        ssh=ssh_settings(app, **ssh),
+        include_exited=include_exited,
     )
     result = garbage.survey(api, asked, options, on_progress=app.info)
     warn_zone_errors(app, result.zone_errors)
@@ -90,6 +107,12 @@ def gc(
             _confirm(result)
         garbage.collect(api, result, timeout=timeout, on_progress=app.info)
     app.info(gc_total(result))
+    if result.pins:
+        count = f"{len(result.pins)} host-key pin{'s' if len(result.pins) != 1 else ''}"
+        done = "dry run: would prune" if dry_run else "pruned"
+        app.info(
+            f"{done} {count} of deleted nodes from {result.known_hosts} ({', '.join(result.pins)})"
+        )
     emit(result, gc_view)
 
 

@@ -26,6 +26,7 @@ from tpuctl.cli.output import emit
 from tpuctl.cli.progress import interrupts
 from tpuctl.cli.targets import (
     connect_api,
+    connect_target,
     is_spec_path,
     load_spec_warned,
     resolve_target,
@@ -158,7 +159,7 @@ def drill(
     app = app_context()
     check_kind(choices["kind"], on_emulator=is_emulator())  # before any credentials are needed
     resolved = resolve_target(app, target, project, zone, overrides)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate)
     admin = None
     if is_emulator():
         from tpuctl.emulator.client.admin import AdminClient

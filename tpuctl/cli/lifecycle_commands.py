@@ -33,6 +33,7 @@ from tpuctl.cli.progress import WaitProgress
 from tpuctl.cli.targets import (
     Target,
     connect_api,
+    connect_target,
     connect_zones,
     load_spec_warned,
     resolve_location_for,
@@ -141,9 +142,11 @@ def create(
     A same-named queued resource from a different spec is an error listing what differs.
     With --wait, continue as `tpuctl wait` (deadlines, delete on give-up, Ctrl-C handling);
     with several zones (capacity.zones or --zones) it queues in them as capacity.zone_policy
-    says, as `up` does, and says which zone it ended up in. Without --wait only the first zone
-    is used. First the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a
-    blocking one is exit 2 with its fix.
+    says, as `up` does, and says which zone it ended up in. Without --wait one zone is used:
+    the one already holding it, else the first that accepts the create (a zone answering
+    RESOURCE_EXHAUSTED created nothing, so the next is tried, with or without --wait). First
+    the preflight checks (`tpuctl doctor`'s TPU API and bucket part) must pass: a blocking one
+    is exit 2 with its fix.
     """
     from tpuctl.cloud.results import CreateResult
     from tpuctl.jobs.provision import create_request
@@ -235,7 +238,7 @@ def status(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate)
     summary = queries.status(api, resolved.name)
     if show_jobs:
         from tpuctl.jobs.control import jobs_of
@@ -302,7 +305,7 @@ def wait(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate, missing_ok=waiting["until"] == "DELETED")
     options = _wait_options(resolved.spec, **waiting)
     with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.wait(api, resolved.name, options, on_event=progress)
@@ -332,7 +335,7 @@ def reset(
 
     app = app_context()
     resolved = resolve_target(app, target, project, zone)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_target(app, resolved, impersonate)
     with WaitProgress(app, resolved.name).shown() as progress:
         result = lifecycle.reset(
             api, resolved.name, wait_for_active=wait_after, timeout=timeout, on_event=progress
@@ -375,20 +378,34 @@ def delete(
         _confirm_delete(resolved, force)
     api = connect_api(resolved.location, impersonate)
     with WaitProgress(app, resolved.name).shown() as progress:
-        result = lifecycle.delete(
-            api,
-            resolved.name,
-            force=force,
-            wait_until_gone=not no_wait,
-            ignore_missing=ignore_missing,
-            timeout=timeout,
-            on_event=progress,
-        )
+        if resolved.zones:  # a spec with several zones: wherever it is, in each that holds it
+            result = lifecycle.delete_in_zones(
+                api,
+                resolved.name,
+                resolved.zones,
+                force=force,
+                wait_until_gone=not no_wait,
+                ignore_missing=ignore_missing,
+                timeout=timeout,
+                on_event=progress,
+                on_progress=app.info,
+            )
+        else:
+            result = lifecycle.delete(
+                api,
+                resolved.name,
+                force=force,
+                wait_until_gone=not no_wait,
+                ignore_missing=ignore_missing,
+                timeout=timeout,
+                on_event=progress,
+            )
     emit(result, views.delete_view)
 
 
 def _confirm_delete(resolved: Target, force: bool) -> None:
-    where = f"{resolved.location.project}/{resolved.location.zone}"
+    zones = ",".join(resolved.zones) or resolved.location.zone
+    where = f"{resolved.location.project}/{zones}"
     if not sys.stdin.isatty():
         raise UsageError(
             f"refusing to delete {resolved.name} in {where} without confirmation "

@@ -18,7 +18,7 @@ from tpuctl.cli.options import (
     ssh_settings,
     worker_ssh_options,
 )
-from tpuctl.cli.targets import Target, connect_api, resolve_target
+from tpuctl.cli.targets import Target, connect_target, resolve_target
 
 if TYPE_CHECKING:
     from tpuctl.cli.context import AppContext
@@ -108,7 +108,7 @@ def reach(
     params = {key: values.pop(key) for key in SSH_KEYS}
     app.all_rows = bool(values.pop("all_rows", False))
     resolved = resolve_target(app, target, params.pop("project"), params.pop("zone"), overrides)
-    api = connect_api(resolved.location, params.pop("impersonate"))
+    api = connect_target(app, resolved, params.pop("impersonate"))
     settings = ssh_settings(app, **params)
     fleet = prepare_fleet(
         api,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tpuctl.cli.context import AppContext
-from tpuctl.errors import UsageError
+from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
     from tpuctl.cloud.client import TpuApi
@@ -25,9 +25,13 @@ _RESOURCE_PATH = re.compile(r"^projects/([^/]+)/locations/([^/]+)/queuedResource
 
 @dataclass
 class Target:
+    """What NAME|SPEC names. `zones`: a spec with several zones (capacity.zones) and no
+    --zone: its queued resource may be in any of them, so `connect_target` looks."""
+
     name: str
     spec: Spec | None
     location: Location
+    zones: tuple[str, ...] = ()
 
 
 def load_spec_warned(
@@ -97,7 +101,8 @@ def resolve_target(
     """NAME|SPEC: a .yaml/.yml or existing file is a spec; a full resource path sets P and Z."""
     if is_spec_path(argument):
         spec = load_spec_warned(app, argument, overrides)
-        return Target(spec.name, spec, resolve_location_for(project, zone, spec))
+        zones = spec.zones if zone is None and len(spec.zones) > 1 else ()
+        return Target(spec.name, spec, resolve_location_for(project, zone, spec), zones)
     match = _RESOURCE_PATH.match(argument)
     if match:
         project_id, zone_id, name = match.groups()
@@ -123,6 +128,50 @@ def connect_api(location: Location, impersonate: str | None) -> TpuApi:
     if click.get_current_context(silent=True) is None:
         return api  # shell completion: nothing may reach the user's terminal
     return replace(api, on_retry=app_context().warn)
+
+
+def connect_target(
+    app: AppContext, target: Target, impersonate: str | None, *, missing_ok: bool = False
+) -> TpuApi:
+    """The API in the zone that holds the target's queued resource. For a spec with several
+    zones, every zone is asked side by side (a run may have landed in any of them): the zone
+    its run is claimed for wins, else the first holding it ACTIVE, else the first holding it;
+    any other zone still holding it is said, with the command that deletes it there. Found
+    nowhere: NotFoundError naming every zone asked (`missing_ok`: the first zone's API)."""
+    from tpuctl.cloud.queries import delete_command, locate
+
+    api = connect_api(target.location, impersonate)
+    if len(target.zones) < 2:
+        return api
+    located = locate(api, target.name, target.zones)
+    warn_zone_errors(app, located.errors)
+    zone = located.choose(_claimed_zone(target.spec) if located.holding else None)
+    if zone is None:
+        if missing_ok and not located.errors:
+            return api
+        raise located.unanswered()
+    for other in located.holding:
+        if other != zone:
+            app.warn(
+                f"{target.name} is also in {other} ({located.state_in(other)}); acting on the "
+                f"one in {zone}. Delete the other with: "
+                f"{delete_command(api.in_zone(other), target.name)}"
+            )
+    chosen = api.in_zone(zone)
+    target.location = chosen.location
+    return chosen
+
+
+def _claimed_zone(spec: Spec | None) -> str | None:
+    """The zone a first-active run is claimed for, or None (none, or it cannot be read)."""
+    if spec is None or not spec.claims_zone:
+        return None
+    from tpuctl.storage.zone_claim import claimed_zone
+
+    try:
+        return claimed_zone(spec)
+    except (TpuctlError, OSError, ValueError):
+        return None  # a preference only: every zone was asked anyway
 
 
 def connect_zones(

@@ -7,10 +7,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, gcloud_config_dir, is_emulator
-from tpuctl.errors import ApiUnavailableError, AuthError, NotFoundError, TpuctlError
+from tpuctl.errors import (
+    ApiUnavailableError,
+    AuthError,
+    NotFoundError,
+    ResourceExhaustedError,
+    TpuctlError,
+)
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRY_ENV = "TPUCTL_API_RETRY_SECONDS"
@@ -39,7 +46,18 @@ def load_credentials(
     try:
         credentials, _project = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
     except auth_exceptions.DefaultCredentialsError as error:
-        message = _no_credentials_message(env)
+        explicit = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+        if explicit:  # google-auth reads it first, and stops there when it is unusable
+            raise AuthError(
+                "no usable Google Cloud credentials: GOOGLE_APPLICATION_CREDENTIALS "
+                f"({explicit}: unusable, {_credentials_file_problem(explicit, error)}), and "
+                "google-auth looks nowhere else while it is set; "
+                f"{EMULATOR_ENV} is unset so the emulator is not in use",
+                hint="point it at a service-account key or ADC file, or unset it to use "
+                "gcloud's ADC ('gcloud auth application-default login')",
+                cause=str(error),
+            ) from None
+        message = _no_credentials_message(env, error)
         raise AuthError(message, hint=_login_hint(), cause=str(error)) from None
     if impersonate:
         from google.auth import impersonated_credentials
@@ -68,16 +86,50 @@ def default_project(environ: Mapping[str, str] | None = None) -> str | None:
     return str(project) if project else None
 
 
-def _no_credentials_message(env: Mapping[str, str]) -> str:
-    explicit = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+def _no_credentials_message(env: Mapping[str, str], error: Exception) -> str:
     adc_file = gcloud_config_dir(env) / "application_default_credentials.json"
-    explicit_note = f"{explicit} (unusable)" if explicit else "unset"
-    adc_note = "present but unusable" if adc_file.exists() else "missing"
-    return (
-        "no Google Cloud credentials: looked at GOOGLE_APPLICATION_CREDENTIALS "
-        f"({explicit_note}), gcloud's ADC file {adc_file} ({adc_note}) and the GCE "
-        f"metadata server (not reachable); {EMULATOR_ENV} is unset so the emulator is not in use"
+    adc_note = (
+        f"present but unusable: {_credentials_file_problem(str(adc_file), error)}"
+        if adc_file.exists()
+        else "missing"
     )
+    return (
+        "no Google Cloud credentials: looked at GOOGLE_APPLICATION_CREDENTIALS (unset), "
+        f"gcloud's ADC file {adc_file} ({adc_note}) and the GCE metadata server (not "
+        f"reachable); {EMULATOR_ENV} is unset so the emulator is not in use"
+    )
+
+
+# The "type" of the credential files google-auth loads (google.auth._default).
+CREDENTIAL_FILE_TYPES = (
+    "service_account",
+    "authorized_user",
+    "external_account",
+    "external_account_authorized_user",
+    "impersonated_service_account",
+    "gdch_service_account",
+)
+
+
+def _credentials_file_problem(path: str, error: Exception) -> str:
+    """Why google-auth could not use the credentials file at `path`, in a few words."""
+    import json
+
+    file = Path(path).expanduser()
+    if not file.exists():
+        return "no such file"
+    if file.is_dir():
+        return "a directory, not a key file"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as problem:
+        return problem.strerror or str(problem)
+    except ValueError:
+        return "not JSON"
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind not in CREDENTIAL_FILE_TYPES:
+        return f"type {kind!r} is not one google-auth loads ({', '.join(CREDENTIAL_FILE_TYPES)})"
+    return " ".join(str(error).replace(str(path), "it").split())
 
 
 def _login_hint() -> str:
@@ -217,6 +269,18 @@ def api_errors(action: str, target: str) -> Iterator[None]:
             "--impersonate-service-account",
             resource=target,
         ) from None
+    except api_exceptions.ResourceExhausted as error:
+        # Reads retry it (a rate limit); a write that gets it is refused, not failing.
+        what = "no quota or capacity for it" if action == "create" else "a quota or rate limit"
+        raise ResourceExhaustedError(
+            f"{action} {target}: RESOURCE_EXHAUSTED ({what}): {_reason(error)}",
+            hint="try another zone (capacity.zones), another tier, or later; "
+            "check quota with: tpuctl doctor SPEC"
+            if action == "create"
+            else "try again later",
+            resource=target,
+            status=_status_name(error),
+        ) from None
     except api_exceptions.AlreadyExists as error:
         raise AlreadyExistsError(f"{target} already exists: {_reason(error)}") from None
     except (api_exceptions.InvalidArgument, api_exceptions.FailedPrecondition) as error:
@@ -259,6 +323,29 @@ def _explain(action: str, error: Any) -> str | None:
     return None
 
 
+class CallBudget:
+    """The timeout of one API call, retries included (google.api_core applies it to every
+    attempt): each attempt gets the per-call timeout, cut to what is left of the retry
+    budget, so a hung API never holds a call past the budget. A budget of 0 (no retries)
+    leaves the one attempt its per-call timeout."""
+
+    SHORTEST = 0.05  # an attempt that starts at the budget's end fails at once
+
+    def __init__(self, budget: float, per_call: float) -> None:
+        self.budget = budget if budget > 0 else per_call
+        self.per_call = per_call
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        deadline = time.monotonic() + self.budget
+
+        def attempt(*args: Any, **kwargs: Any) -> Any:
+            left = deadline - time.monotonic()
+            kwargs["timeout"] = max(self.SHORTEST, min(self.per_call, left))
+            return func(*args, **kwargs)
+
+        return attempt
+
+
 @dataclass
 class TpuApi:
     """The calls tpuctl makes, with retries, timeouts and error mapping applied uniformly.
@@ -276,6 +363,11 @@ class TpuApi:
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:
         return None if self.on_retry is None else RetryNotice(self.on_retry, what, self.retry_total)
+
+    @property
+    def timeout(self) -> CallBudget:
+        """The `timeout=` of every call: the per-call timeout within the retry budget."""
+        return CallBudget(self.retry_total, self.rpc_timeout)
 
     def _read_retry(self, what: str = "reading") -> Any:
         return make_retry(total_seconds=self.retry_total, reads=True, on_error=self._notice(what))
@@ -305,7 +397,7 @@ class TpuApi:
                 response = self.client.list_locations(
                     request=request,
                     retry=self._read_retry(f"listing the zones of {name}"),
-                    timeout=self.rpc_timeout,
+                    timeout=self.timeout,
                 )
                 zones.update(
                     location.location_id or location.name.rsplit("/", 1)[-1]
@@ -324,7 +416,7 @@ class TpuApi:
         name = self.qr_name(queued_resource_id)
         with api_errors("get", name):
             return self.client.get_queued_resource(
-                name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
+                name=name, retry=self._read_retry(f"reading {name}"), timeout=self.timeout
             )
 
     def find_queued_resource(self, queued_resource_id: str) -> Any | None:
@@ -340,7 +432,7 @@ class TpuApi:
             pager = self.client.list_queued_resources(
                 parent=parent,
                 retry=self._read_retry(f"listing queued resources in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 
@@ -351,7 +443,7 @@ class TpuApi:
             return self.client.create_queued_resource(
                 request=request,
                 retry=self._write_retry(f"creating {name}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
 
     def delete_queued_resource(
@@ -367,14 +459,14 @@ class TpuApi:
             return self.client.delete_queued_resource(
                 request=request,
                 retry=self._write_retry(f"deleting {name}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
 
     def reset_queued_resource(self, queued_resource_id: str) -> Any:
         name = self.qr_name(queued_resource_id)
         with api_errors("reset", name):
             return self.client.reset_queued_resource(
-                name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.rpc_timeout
+                name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.timeout
             )
 
     def list_nodes(self) -> list[Any]:
@@ -383,7 +475,7 @@ class TpuApi:
             pager = self.client.list_nodes(
                 parent=parent,
                 retry=self._read_retry(f"listing nodes in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 
@@ -394,7 +486,7 @@ class TpuApi:
                 return self.client.get_node(
                     name=node_name,
                     retry=self._read_retry(f"reading {node_name}"),
-                    timeout=self.rpc_timeout,
+                    timeout=self.timeout,
                 )
         except NotFoundError:
             return None
@@ -405,7 +497,7 @@ class TpuApi:
         try:
             with api_errors("get", name):
                 return self.client.get_accelerator_type(
-                    name=name, retry=self._read_retry(f"reading {name}"), timeout=self.rpc_timeout
+                    name=name, retry=self._read_retry(f"reading {name}"), timeout=self.timeout
                 )
         except NotFoundError:
             return None
@@ -417,7 +509,7 @@ class TpuApi:
             pager = self.client.list_accelerator_types(
                 request={"parent": parent, "page_size": 1000},
                 retry=self._read_retry(f"listing accelerator types in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return [item.type_ for item in pager]
 
@@ -428,7 +520,7 @@ class TpuApi:
             pager = self.client.list_runtime_versions(
                 request={"parent": parent},
                 retry=self._read_retry(f"listing runtime versions in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return [item.version or item.name.rsplit("/", 1)[-1] for item in pager]
 
@@ -439,7 +531,7 @@ class TpuApi:
             pager = self.client.list_reservations(
                 request={"parent": parent},
                 retry=self._read_retry(f"listing reservations in {parent}"),
-                timeout=self.rpc_timeout,
+                timeout=self.timeout,
             )
             return list(pager)
 

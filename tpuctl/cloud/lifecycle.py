@@ -8,7 +8,7 @@ facts a script needs (name, state, what was deleted). Nothing here prints: progr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 from tpuctl.clock import Clock, format_duration
 from tpuctl.cloud import describe
 from tpuctl.cloud.client import AlreadyExistsError, TpuApi
-from tpuctl.cloud.queries import delete_command, observe, status, status_command
+from tpuctl.cloud.queries import delete_command, locate, observe, status, status_command
 from tpuctl.cloud.results import CreateResult, DeleteResult, ResetResult, StateSeen, WaitResult
 from tpuctl.cloud.watcher import (
     GONE,
@@ -28,13 +28,16 @@ from tpuctl.cloud.watcher import (
     WatchPolicy,
     WatchResult,
 )
+from tpuctl.cloud.zones import ZoneError
 from tpuctl.errors import (
     ApiUnavailableError,
     DeadlineError,
+    ExitCode,
     Interrupted,
     NotFoundError,
     PreemptedError,
     QueuedResourceFailed,
+    ResourceExhaustedError,
     TpuctlError,
 )
 
@@ -91,6 +94,16 @@ def create(
             name=name,
             status=outage.details.get("status"),
             delete_command=delete_command(api, name),
+        ) from None
+    except ResourceExhaustedError as refused:
+        raise ResourceExhaustedError(
+            f"{api.location.zone} refused the create of {name}: "
+            f"{refused.message.split(': ', 1)[-1]}; nothing was created",
+            hint=refused.hint,
+            name=name,
+            zone=api.location.zone,
+            created=False,
+            status=refused.details.get("status"),
         ) from None
     except AlreadyExistsError:
         # Lost a race, or a retried create whose first attempt got through: same check.
@@ -399,10 +412,92 @@ def delete(
                 ) from None
             raise
     if not wait_until_gone:
-        return DeleteResult(name, "delete_requested", force, state)
+        return DeleteResult(name, "delete_requested", force, state, [api.location.zone])
     return wait_deleted(
         api, name, force=force, state=state, timeout=timeout, on_event=on_event, clock=clock
     )
+
+
+def delete_in_zones(
+    api: TpuApi,
+    name: str,
+    zones: Sequence[str],
+    *,
+    force: bool = False,
+    wait_until_gone: bool = True,
+    ignore_missing: bool = False,
+    timeout: float = DEFAULT_DELETE_TIMEOUT,
+    on_event: EventCallback | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> DeleteResult:
+    """Delete `name` in every zone of `zones` holding it (a spec with several zones: its run
+    may have landed in any of them, and a move or a race may have left it in two). Every
+    request is sent before any is waited for. Never a success while a zone still holds it or
+    could not be asked: that is an error naming what was deleted and what is left."""
+    say = on_progress or (lambda _message: None)
+    located = locate(api, name, zones)
+    if not located.holding:
+        if ignore_missing and not located.errors:
+            return DeleteResult(name, "missing", force, None)
+        raise located.unanswered()
+    sent: dict[str, DeleteResult] = {}
+    failed: dict[str, TpuctlError] = {}
+    for zone in located.holding:
+        try:
+            sent[zone] = delete(
+                api.in_zone(zone), name, force=force, wait_until_gone=False, ignore_missing=True
+            )
+        except TpuctlError as error:
+            failed[zone] = error
+    done: list[str] = []
+    for zone, result in sent.items():
+        if result.action == "missing" or not wait_until_gone:
+            done.append(zone)
+            continue
+        try:
+            wait_deleted(
+                api.in_zone(zone),
+                name,
+                force=force,
+                state=result.state,
+                timeout=timeout,
+                on_event=on_event,
+            )
+        except TpuctlError as error:
+            failed[zone] = error
+            continue
+        done.append(zone)
+        say(f"deleted {name} in {zone}")
+    if failed or located.errors:
+        raise _left_in_zones(api, name, done, failed, located.errors)
+    first = next(iter(located.holding))
+    action: Any = "deleted" if wait_until_gone else "delete_requested"
+    return DeleteResult(name, action, force, located.state_in(first), done)
+
+
+def _left_in_zones(
+    api: TpuApi,
+    name: str,
+    done: Sequence[str],
+    failed: Mapping[str, TpuctlError],
+    unasked: Sequence[ZoneError],
+) -> TpuctlError:
+    """The error of a delete across zones that did not clear every zone."""
+    parts = [f"deleted in {', '.join(done)}"] if done else []
+    parts += [f"not deleted in {zone}: {error.message}" for zone, error in failed.items()]
+    parts += [f"{error.zone} could not be asked: {error.message}" for error in unasked]
+    commands = [delete_command(api.in_zone(zone), name) for zone in failed]
+    commands += [delete_command(api.in_zone(error.zone), name) for error in unasked]
+    error = TpuctlError(
+        f"{name} may still exist: {'; '.join(parts)}",
+        hint="delete what is left with: " + "  and  ".join(commands),
+        name=name,
+        deleted_in=list(done),
+        left_in=[*failed, *(error.zone for error in unasked)],
+    )
+    codes = [int(e.exit_code) for e in failed.values()] + [e.exit_code for e in unasked]
+    error.exit_code = ExitCode(max(codes))
+    return error
 
 
 def wait_deleted(
@@ -421,7 +516,7 @@ def wait_deleted(
     watcher = Watcher(lambda: observe(api, name), policy, clock=clock, on_event=on_event)
     result = watcher.run()
     if result.outcome is Outcome.REACHED:
-        return DeleteResult(name, "deleted", force, state)
+        return DeleteResult(name, "deleted", force, state, [api.location.zone])
     if result.outcome is Outcome.DEADLINE:
         raise DeadlineError(
             f"{name} still {result.state} {format_duration(timeout)} after the delete request",

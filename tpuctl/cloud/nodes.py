@@ -72,7 +72,7 @@ def host_keys(api: TpuApi, node_ids: Sequence[str]) -> dict[tuple[str, int], lis
             response = api.client.get_guest_attributes(
                 request={"name": name, "query_path": HOSTKEY_NAMESPACE},
                 retry=make_retry(total_seconds=api.retry_total, reads=True),
-                timeout=api.rpc_timeout,
+                timeout=api.timeout,
             )
         for worker, attributes in enumerate(response.guest_attributes):
             items = attributes.query_value.items if attributes.query_value else []
@@ -96,7 +96,7 @@ def instance_names(api: TpuApi, node_ids: Sequence[str]) -> dict[tuple[str, int]
             response = api.client.get_guest_attributes(
                 request={"name": name},
                 retry=make_retry(total_seconds=api.retry_total, reads=True),
-                timeout=api.rpc_timeout,
+                timeout=api.timeout,
             )
         for worker, attributes in enumerate(response.guest_attributes):
             items = attributes.query_value.items if attributes.query_value else []
@@ -143,7 +143,7 @@ def simulate_maintenance(api: TpuApi, node_name: str, worker: int) -> None:
 
     request = tpu_v2alpha1.SimulateMaintenanceEventRequest(name=node_name, worker_ids=[str(worker)])
     with api_errors("simulate maintenance on", node_name):
-        api.client.simulate_maintenance_event(request=request, timeout=api.rpc_timeout)
+        api.client.simulate_maintenance_event(request=request, timeout=api.timeout)
 
 
 # ------------------------------------------------------------------------ ssh-keys metadata
@@ -199,7 +199,7 @@ def add_ssh_key(api: TpuApi, node_name: str, user: str, algorithm: str, blob: st
                     operation = api.client.update_node(
                         request=request,
                         retry=make_retry(total_seconds=api.retry_total, reads=False),
-                        timeout=api.rpc_timeout,
+                        timeout=api.timeout,
                     )
                     operation.result(timeout=PUBLISH_TIMEOUT)
                 except (api_exceptions.Aborted, api_exceptions.Conflict):

@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tpuctl.cloud.client import api_errors, load_credentials, make_retry, retry_seconds
+from tpuctl.cloud.client import (
+    CallBudget,
+    api_errors,
+    load_credentials,
+    make_retry,
+    retry_seconds,
+)
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, active_gcloud_config, is_emulator
 from tpuctl.errors import AuthError, TpuctlError
 
@@ -70,6 +76,10 @@ class OsLoginSetting:
     enabled: bool
     decided_by: Literal["node", "project", "default"]  # default: neither says, so off
     unread: str | None = None  # why the project's metadata could not be read (then off)
+    # Unread because this is the emulator without its Compute Engine endpoint: its usual
+    # set-up (its projects have OS Login off unless one is turned on), not worth a line on
+    # every command; `tpuctl doctor` notes it.
+    emulator_unread: bool = False
 
 
 def os_login_setting(
@@ -86,10 +96,18 @@ def os_login_setting(
     node = node_setting(node_metadata)
     if node is not None:
         return OsLoginSetting(node, "node")
+    from tpuctl.cloud.compute_rest import COMPUTE_ENV
+
     project, unread = project_setting(
         location, credentials=credentials, impersonate=impersonate, environ=environ
     )
-    return OsLoginSetting(bool(project), "project" if project is not None else "default", unread)
+    env = os.environ if environ is None else environ
+    return OsLoginSetting(
+        bool(project),
+        "project" if project is not None else "default",
+        unread,
+        emulator_unread=unread is not None and is_emulator(env) and not env.get(COMPUTE_ENV),
+    )
 
 
 def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = None) -> str:
@@ -106,11 +124,16 @@ def caller(impersonate: str | None = None, environ: Mapping[str, str] | None = N
         email = getattr(credentials, "service_account_email", None)
         if isinstance(email, str) and "@" in email:
             return email
-    account = active_gcloud_config(env).account
-    if account:
-        return account
+    gcloud = active_gcloud_config(env)
+    if gcloud.account:
+        return gcloud.account
+    skipped = (
+        f" (cannot read the gcloud configuration, {gcloud.problem}; skipped)"
+        if gcloud.problem is not None
+        else ""
+    )
     raise AuthError(
-        "OS Login is on, and tpuctl cannot tell which account to import the SSH key for",
+        "OS Login is on, and tpuctl cannot tell which account to import the SSH key for" + skipped,
         hint=f"set {ACCOUNT_ENV}=you@example.com, run 'gcloud config set account ACCOUNT', "
         "or pass --impersonate-service-account",
     )
@@ -139,9 +162,12 @@ def import_key(
         ssh_public_key=common.SshPublicKey(key=public_key, expiration_time_usec=expires),
         project_id=location.project,
     )
-    retry = make_retry(total_seconds=retry_seconds(env), reads=False)
+    budget = retry_seconds(env)
+    retry = make_retry(total_seconds=budget, reads=False)
     with api_errors("import the SSH key through OS Login for", account):
-        response = client.import_ssh_public_key(request=request, retry=retry, timeout=60.0)
+        response = client.import_ssh_public_key(
+            request=request, retry=retry, timeout=CallBudget(budget, 60.0)
+        )
     accounts = list(response.login_profile.posix_accounts)
     primary = next((a for a in accounts if a.primary), accounts[0] if accounts else None)
     if primary is None or not primary.username:

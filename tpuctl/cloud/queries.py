@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,7 +13,8 @@ from tpuctl.cloud import describe
 from tpuctl.cloud.client import TpuApi
 from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus
 from tpuctl.cloud.watcher import GONE, Observation
-from tpuctl.cloud.zones import ZoneAnswers, each_zone
+from tpuctl.cloud.zones import ZoneAnswers, ZoneError, each_zone, zones_exit_code
+from tpuctl.errors import NotFoundError, TpuctlError
 
 # States in which a queued resource has no nodes to look up.
 _NODELESS_STATES = frozenset({"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "SUSPENDED"})
@@ -92,3 +94,60 @@ def observe(api: TpuApi, name: str) -> Observation:
         initiator=describe.enum_name(queued_resource.state.state_initiator),
         failure=failure.get("message") if failure else None,
     )
+
+
+# --- one queued resource among several zones ---------------------------------------------------
+
+
+@dataclass
+class Located:
+    """Where a queued resource of one name is among `asked` zones: the zones holding it (each
+    with its queued resource, in the order asked) and the zones that could not be asked."""
+
+    name: str
+    asked: list[str]
+    holding: dict[str, Any] = field(default_factory=dict)
+    errors: list[ZoneError] = field(default_factory=list)
+
+    def state_in(self, zone: str) -> str:
+        return describe.state_name(self.holding[zone])
+
+    def choose(self, prefer: str | None = None) -> str | None:
+        """The zone a command acts in: `prefer` (the run's claimed zone) when it holds it,
+        else the first holding it ACTIVE, else the first holding it; None when none does."""
+        if prefer in self.holding:
+            return prefer
+        active = [zone for zone in self.holding if self.state_in(zone) == "ACTIVE"]
+        return next(iter(active or self.holding), None)
+
+    def unanswered(self) -> TpuctlError:
+        """The error of a queued resource found nowhere: not found when every zone answered,
+        else the error of the zones that could not be asked (it may be there)."""
+        zones = ", ".join(self.asked)
+        if not self.errors:
+            return NotFoundError(
+                f"queued resource {self.name} not found in any of its zones ({zones})",
+                hint=f"list what is there: tpuctl list --zones {','.join(self.asked)}",
+                name=self.name,
+                zones=self.asked,
+            )
+        failed = "; ".join(f"{error.zone}: {error.message}" for error in self.errors)
+        error = TpuctlError(
+            f"cannot tell where {self.name} is: {len(self.errors)} of {len(self.asked)} zones "
+            f"could not be asked ({failed}), and no other zone holds it",
+            hint="try again, or name the zone with --zone",
+            name=self.name,
+            zones=self.asked,
+        )
+        error.exit_code = zones_exit_code(self.errors)
+        return error
+
+
+def locate(api: TpuApi, name: str, zones: Sequence[str]) -> Located:
+    """Ask every zone of `zones` side by side whether it holds queued resource `name`."""
+    found = each_zone(api, zones, lambda zone_api: zone_api.find_queued_resource(name))
+    located = Located(name, list(zones), errors=list(found.errors))
+    for zone in zones:
+        if found.answers.get(zone) is not None:
+            located.holding[zone] = found.answers[zone]
+    return located

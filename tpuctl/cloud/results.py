@@ -73,3 +73,5 @@ class DeleteResult(Result):
     action: DeleteAction
     force: bool
     state: str | None  # the state before the delete; None when it was missing
+    # The zones it was deleted in: one, or for a spec with several zones each that held it.
+    zones: list[str] = field(default_factory=list)

@@ -38,7 +38,7 @@ def grant_access(
     setting = oslogin.os_login_setting(
         first.metadata if first is not None else {}, api.location, impersonate=api.impersonate
     )
-    if setting.unread is not None:
+    if setting.unread is not None and not setting.emulator_unread:
         say(f"cannot read the project's metadata ({setting.unread}); OS Login taken as off")
     if not setting.enabled:
         user = check_user(default_user(settings.user))

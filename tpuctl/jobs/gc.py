@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from tpuctl import worker as contract
@@ -22,6 +23,7 @@ from tpuctl.cloud.queries import queued_resources_in_zones
 from tpuctl.cloud.zones import ZoneError, zones_error, zones_exit_code
 from tpuctl.envelope import Result
 from tpuctl.errors import ExitCode, TpuctlError
+from tpuctl.fanout.known_hosts import default_path
 from tpuctl.fanout.operations import SshSettings
 from tpuctl.jobs.control import WorkerJobStatus, job_status_for_run
 from tpuctl.jobs.fleet import prepare_fleet
@@ -60,6 +62,7 @@ class Collectable:
     reason: str
     deleted: bool = False
     error: str | None = None
+    exit_codes: list[int] | None = None  # the job's distinct exit codes, when it exited
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,14 @@ class GarbageCollection(Result):
     queued_resources: list[Collectable] = field(default_factory=list)
     zone_errors: list[ZoneError] = field(default_factory=list)
     summary: Counts | None = None
+    # tpuctl's known-hosts file, and the pins in it of the nodes deleted (with --dry-run, of
+    # the nodes that would be): forgotten once their node is gone.
+    known_hosts: str | None = None
+    pins: list[str] = field(default_factory=list)
+    # The numeric ids of each doomed queued resource's nodes, by (zone, name): table only.
+    node_uids: dict[tuple[str, str], list[int]] = field(
+        default_factory=dict, metadata={"json": False}
+    )
 
     def __post_init__(self) -> None:
         self.count()
@@ -149,9 +160,13 @@ def verdict(
     return "keep", f"{state}: {_WHY_KEPT.get(state, 'not a state gc collects')}"
 
 
-def job_verdict(statuses: Sequence[WorkerJobStatus]) -> tuple[Verdict, str, str]:
+def job_verdict(
+    statuses: Sequence[WorkerJobStatus], *, include_exited: bool = False
+) -> tuple[Verdict, str, str]:
     """An ACTIVE queued resource's verdict from its workers' job states, the reason, and the
-    states in one word (or several joined by commas)."""
+    states in one word (or several joined by commas). A job that ended on every worker
+    without being done (crashed, or finished without its marker) is kept unless
+    `include_exited`; either way its row says so, with the exit codes."""
     states = Counter(status.state for status in statuses)
     summary = ",".join(sorted(states))
     total = len(statuses)
@@ -181,8 +196,52 @@ def job_verdict(statuses: Sequence[WorkerJobStatus]) -> tuple[Verdict, str, str]
         return "delete", f"ACTIVE, its job is done on every worker ({total})", summary
     if set(states) == {contract.NO_STATUS}:
         return "delete", f"ACTIVE, its job never started on any worker ({total})", summary
+    if set(states) <= contract.ENDED_STATES | {"done"} and set(states) & contract.ENDED_STATES:
+        exited = f"ACTIVE, its job exited on every worker without being done ({_endings(statuses)})"
+        if include_exited:
+            return (
+                "delete",
+                f"{exited}; --include-exited: deleting it stops the bill; its checkpoints "
+                "stay, so tpuctl up SPEC resumes from them",
+                summary,
+            )
+        return (
+            "keep",
+            f"{exited}: crashed, or finished without its done marker, and nothing runs on it "
+            "again unless restarted; --include-exited would delete it",
+            summary,
+        )
     parts = ", ".join(f"{state} on {count}" for state, count in sorted(states.items()))
     return "keep", f"its job is not done: {parts} of {total} workers", summary
+
+
+NAMED_WORKERS = 8  # an ending names this many workers, then counts the rest
+
+
+def _endings(statuses: Sequence[WorkerJobStatus]) -> str:
+    """How the job ended on each worker, grouped: `exit 1 on 0/0, 0/1; done on 1/0`."""
+    groups: dict[str, list[str]] = {}
+    for status in statuses:
+        code = f"exit {status.exit_code}" if status.exit_code is not None else None
+        if status.state == "setup-failed":
+            ending = f"setup failed ({code})" if code else "setup failed"
+        elif status.state == "exited":
+            ending = code or "exited"
+        else:
+            ending = status.state
+        groups.setdefault(ending, []).append(status.label)
+    parts = []
+    for ending, labels in groups.items():
+        named = ", ".join(labels[:NAMED_WORKERS])
+        rest = len(labels) - NAMED_WORKERS
+        parts.append(f"{ending} on {named}" + (f" and {rest} more" if rest > 0 else ""))
+    return "; ".join(parts)
+
+
+def exit_codes(statuses: Sequence[WorkerJobStatus]) -> list[int] | None:
+    """The distinct exit codes of the workers whose job exited, or None when none did."""
+    codes = sorted({s.exit_code for s in statuses if s.exit_code is not None})
+    return codes or None
 
 
 # --------------------------------------------------------------------------------- survey
@@ -190,11 +249,14 @@ def job_verdict(statuses: Sequence[WorkerJobStatus]) -> tuple[Verdict, str, str]
 
 @dataclass(frozen=True)
 class GcOptions:
-    """`older_than`: only queued resources created at least this many seconds ago."""
+    """`older_than`: only queued resources created at least this many seconds ago;
+    `include_exited`: also an ACTIVE one whose job exited on every worker without being done
+    (unless a live `tpuctl up` babysits it)."""
 
     older_than: float | None = None
     dry_run: bool = False
     ssh: SshSettings = field(default_factory=SshSettings)
+    include_exited: bool = False  # also a job that exited everywhere without being done
 
 
 def survey(
@@ -211,20 +273,61 @@ def survey(
     `zone_errors`; an ACTIVE one whose job cannot be read is kept, saying why."""
     moment = now or utc_now()
     listed = queued_resources_in_zones(api, zones)
-    rows = [
-        _decide(api.in_zone(zone), queued_resource, options, now=moment, on_progress=on_progress)
-        for zone, queued_resources in listed.answers.items()
-        for queued_resource in queued_resources
-    ]
+    rows: list[Collectable] = []
+    doomed_nodes: dict[tuple[str, str], list[str]] = {}
+    for zone, queued_resources in listed.answers.items():
+        for queued_resource in queued_resources:
+            row = _decide(
+                api.in_zone(zone), queued_resource, options, now=moment, on_progress=on_progress
+            )
+            rows.append(row)
+            if row.verdict == "delete":
+                node_ids = list(describe.template_of(queued_resource).node_ids)
+                doomed_nodes[(row.zone, row.name)] = node_ids
     rows.sort(key=lambda row: (row.name, row.zone))
-    return GarbageCollection(
+    result = GarbageCollection(
         project=api.location.project,
         zones=list(zones),
         dry_run=options.dry_run,
         older_than_seconds=options.older_than,
         queued_resources=rows,
         zone_errors=listed.errors,
+        known_hosts=str(options.ssh.known_hosts or default_path()),
+        node_uids=_node_uids(api, doomed_nodes),
     )
+    result.pins = _pins_of(result, [row for row in rows if row.verdict == "delete"])
+    return result
+
+
+def _node_uids(
+    api: TpuApi, doomed: dict[tuple[str, str], list[str]]
+) -> dict[tuple[str, str], list[int]]:
+    """The numeric ids of each doomed queued resource's nodes (one ListNodes per zone; a
+    zone that cannot be listed gives none: their pins are then kept)."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for zone in dict.fromkeys(zone for zone, _name in doomed):
+        try:
+            nodes = api.in_zone(zone).list_nodes()
+        except TpuctlError:
+            continue
+        ids = {describe.short_name(node.name): int(getattr(node, "id", 0) or 0) for node in nodes}
+        for (where, name), node_ids in doomed.items():
+            if where == zone:
+                found[(where, name)] = [ids[node] for node in node_ids if ids.get(node)]
+    return found
+
+
+def _pins_of(result: GarbageCollection, rows: Sequence[Collectable]) -> list[str]:
+    """The pins in the known-hosts file of `rows`' nodes (none when it cannot be read)."""
+    from tpuctl.jobs.host_pins import pins_of
+
+    uids = [uid for row in rows for uid in result.node_uids.get((row.zone, row.name), [])]
+    if not uids or result.known_hosts is None:
+        return []
+    try:
+        return pins_of(Path(result.known_hosts), uids)
+    except (TpuctlError, OSError):
+        return []
 
 
 def _decide(
@@ -271,8 +374,42 @@ def _decide(
         why = error.one_line() if isinstance(error, TpuctlError) else str(error)
         row.reason = f"its job could not be read: {why}"
         return row
-    row.verdict, row.reason, row.job_state = job_verdict(statuses)
+    row.verdict, row.reason, row.job_state = job_verdict(
+        statuses, include_exited=options.include_exited
+    )
+    row.exit_codes = exit_codes(statuses)
+    if row.verdict == "delete" and set(contract.ENDED_STATES) & {s.state for s in statuses}:
+        babysitter = _babysitter(api, row.name)
+        if babysitter is not None:
+            row.verdict = "keep"
+            row.reason = (
+                f"its job exited on every worker ({_endings(statuses)}), and a tpuctl up "
+                f"babysits it ({babysitter}): that up restarts or ends it"
+            )
     return row
+
+
+def _babysitter(api: TpuApi, name: str) -> str | None:
+    """Who babysits the run on queued resource `name`: a `tpuctl up` whose lease beside the
+    run's checkpoints is fresh, described; None when none does (or it cannot be told)."""
+    from tpuctl.jobs.report import spec_of_queued_resource
+    from tpuctl.storage.lease import STALE_AFTER, Holder, path_of
+    from tpuctl.worker import lease_location
+
+    try:
+        url = lease_location(spec_of_queued_resource(api, name))
+        if url is None:
+            return None
+        storage, path = path_of(url)
+        found = storage.read_versioned(path)
+    except (TpuctlError, OSError, ValueError):
+        return None
+    if found is None:
+        return None
+    holder, now = Holder.parse(found[0]), utc_now()
+    if holder.heartbeat is None or (now - holder.heartbeat).total_seconds() > STALE_AFTER:
+        return None  # a holder that died: nothing babysits it
+    return holder.describe(now)
 
 
 # -------------------------------------------------------------------------------- collect
@@ -312,4 +449,21 @@ def collect(
         row.deleted = True
         say(f"deleted {row.name} ({row.zone})")
     result.count()
+    result.pins = _forget_pins(result, say)
     return result
+
+
+def _forget_pins(result: GarbageCollection, say: Progress) -> list[str]:
+    """Forget the host-key pins of the nodes deleted; a file that cannot be rewritten is
+    said, never an error of gc's."""
+    from tpuctl.jobs.host_pins import forget
+
+    pins = _pins_of(result, [row for row in result.queued_resources if row.deleted])
+    if not pins or result.known_hosts is None:
+        return []
+    try:
+        return forget(Path(result.known_hosts), pins)
+    except (TpuctlError, OSError) as error:
+        why = error.one_line() if isinstance(error, TpuctlError) else str(error)
+        say(f"could not prune the host-key pins of the deleted nodes: {why}")
+        return []

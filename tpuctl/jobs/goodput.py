@@ -8,7 +8,8 @@ change to the training code):
 * queueing: the QR waiting for capacity (CREATING, ACCEPTED, WAITING_FOR_RESOURCES), and the
   time before it existed;
 * provisioning: PROVISIONING, and an ACTIVE QR whose job is not running yet (boot, code
-  delivery, setup, startup);
+  delivery, setup, startup); a job that ended before tpuctl first saw it running (a short
+  run that failed, or finished) was running from its start, setup included;
 * disruption recovery: from the moment a disruption is detected (preemption, job failure, a
   drill's event) until the job runs again, whatever the QR does meanwhile;
 * wasted progress: steps computed twice after a disruption (the step reached at the event
@@ -42,6 +43,10 @@ _DISRUPTION_STARTS = {
     "drill.triggered": "drill",
 }
 _RUNNING_AGAIN = frozenset({"job.running", "job.relaunched", "drill.recovered"})
+# A start of the job (delivery, or a restart after a failure), and the ends that prove it ran:
+# a job that ends before tpuctl's first look sees it running has no `job.running` of its own.
+_STARTS = frozenset({"job.started", "job.restarted"})
+_RAN_AND_ENDED = frozenset({"job.failed", "job.done", "job.disrupted"})
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -206,10 +211,16 @@ def build_report(
     start = ordered[0].timestamp
     done = next((e for e in ordered if e.kind == "job.done"), None)
     status, end = _status_and_end(ordered, done, now)
-    timeline = _timeline(ordered, start, end)
-    disruptions = _disruptions(ordered, end)
+    unseen = _runs_never_seen(ordered)
+    timeline = _timeline(ordered, start, end, unseen)
+    disruptions = _disruptions(ordered, end, unseen)
     step_seconds = _step_seconds(ordered) or checkpoint_step_seconds
     notes: list[str] = []
+    if unseen:
+        notes.append(
+            "the job ended before tpuctl saw it running (a short run): its running time "
+            "counts from when it was started, its setup included"
+        )
     for disruption in disruptions:
         if disruption.recomputed_steps is not None and step_seconds is not None:
             disruption.wasted_seconds = disruption.recomputed_steps * step_seconds
@@ -264,6 +275,35 @@ def _status_and_end(
     return "running", max(now, last.timestamp)
 
 
+def _runs_never_seen(ordered: Sequence[EntryLike]) -> set[int]:
+    """The positions of the job's starts whose run tpuctl never saw (no `job.running` before
+    it ended) but which did run: the next job event is its end (a failure whose workers got
+    past setup, done, or an exit with a disruption). That run is running time, not the
+    provisioning or recovery it would otherwise be folded into."""
+    found: set[int] = set()
+    for index, entry in enumerate(ordered):
+        if entry.kind not in _STARTS:
+            continue
+        following = (
+            later
+            for later in ordered[index + 1 :]
+            if later.kind in _STARTS | _RUNNING_AGAIN | _RAN_AND_ENDED
+            or later.kind in _DISRUPTION_STARTS
+        )
+        nxt = next(following, None)
+        if nxt is not None and nxt.kind in _RAN_AND_ENDED and _it_ran(nxt):
+            found.add(index)
+    return found
+
+
+def _it_ran(ended: EntryLike) -> bool:
+    """A job end after which the job had run: not a failure of setup on every worker."""
+    states = ended.fields.get("states")
+    if ended.kind != "job.failed" or not isinstance(states, list) or not states:
+        return True
+    return any(state != "setup-failed" for state in states)
+
+
 def _apply(state: _State, entry: EntryLike) -> None:
     kind = entry.kind
     fields = entry.fields
@@ -294,16 +334,20 @@ def _apply(state: _State, entry: EntryLike) -> None:
         state.running = False
 
 
-def _timeline(ordered: Sequence[EntryLike], start: datetime, end: datetime) -> list[Phase]:
+def _timeline(
+    ordered: Sequence[EntryLike], start: datetime, end: datetime, unseen: set[int]
+) -> list[Phase]:
     phases: list[Phase] = []
     state = _State()
     cursor = start
-    for entry in ordered:
+    for index, entry in enumerate(ordered):
         at = min(max(entry.timestamp, start), end)
         if at > cursor:
             _add(phases, Phase(state.phase(), cursor, at, state.zones))
             cursor = at
         _apply(state, entry)
+        if index in unseen:
+            state.disrupted, state.running = False, True
     if end > cursor:
         _add(phases, Phase(state.phase(), cursor, end, state.zones))
     return phases
@@ -317,12 +361,16 @@ def _add(phases: list[Phase], phase: Phase) -> None:
         phases.append(phase)
 
 
-def _disruptions(ordered: Sequence[EntryLike], end: datetime) -> list[Disruption]:
+def _disruptions(ordered: Sequence[EntryLike], end: datetime, unseen: set[int]) -> list[Disruption]:
     found: list[Disruption] = []
     current: Disruption | None = None
     last_step: int | None = None
-    for entry in ordered:
+    for index, entry in enumerate(ordered):
         kind, fields = entry.kind, entry.fields
+        if index in unseen and current is not None:  # a restart that ran, unseen: back
+            current.running_again_at = entry.timestamp
+            current = None
+            continue
         if kind in _DISRUPTION_STARTS:
             label = _DISRUPTION_STARTS[kind]
             if kind == "drill.triggered":

@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from tpuctl.cloud.results import CreateResult
 from tpuctl.cloud.watcher import GONE, Outcome, Watcher, WatchEvent, WatchPolicy
-from tpuctl.errors import DeadlineError, QueuedResourceFailed, TpuctlError
+from tpuctl.errors import (
+    DeadlineError,
+    QueuedResourceFailed,
+    ResourceExhaustedError,
+    TpuctlError,
+)
 
 if TYPE_CHECKING:
     from tpuctl.clock import Clock
@@ -136,12 +141,25 @@ class ZoneChoice:
         return self._one_by_one(self.zones[start:], first, again)
 
     def create_only(self) -> QueuedResourceOps:
-        """`create` without a wait: the first zone only (claimed for a first-active spec, so
-        its job starts there at boot, as any create's does)."""
-        ops = self.qr.in_zone(self.zones[0])
-        self._claim_before_create(ops)
-        self._create(ops, None)
-        return ops
+        """`create` without a wait: where the run's queued resource already is, else the
+        first zone that accepts the create (one that refuses it, RESOURCE_EXHAUSTED, created
+        nothing); claimed for a first-active spec, so its job starts there at boot."""
+        current = self.pick(self.find())
+        zones = [current[0].zone] if current is not None else self.zones
+        attempts: list[ZoneAttempt] = []
+        for index, zone in enumerate(zones):
+            ops = self.qr.in_zone(zone)
+            self._claim_before_create(ops)
+            try:
+                self._create(ops, None)
+            except ResourceExhaustedError as error:
+                attempts.append(ZoneAttempt(zone, error.kind, error.message))
+                self._refused(zone, error)
+                if index == len(zones) - 1:
+                    raise self._exhausted(error, attempts) from None
+                continue
+            return ops
+        raise AssertionError("no zone to try")  # zones is never empty
 
     def _one_by_one(
         self, zones: Sequence[str], first: QueuedResourceOps | None, again: int | None
@@ -159,7 +177,14 @@ class ZoneChoice:
                     tried=[attempt.zone for attempt in attempts],
                 )
             self._claim_before_create(ops)
-            self._create(ops, again)
+            try:
+                self._create(ops, again)
+            except ResourceExhaustedError as error:
+                attempts.append(ZoneAttempt(zone, error.kind, error.message))
+                self._refused(zone, error)
+                if last:
+                    raise self._exhausted(error, attempts) from None
+                continue
             try:
                 self.waited = ops.wait(
                     self.wait_policy,
@@ -216,10 +241,23 @@ class ZoneChoice:
             zone=None,
         )
         racers: dict[str, QueuedResourceOps] = {}
+        attempts: list[ZoneAttempt] = []
+        error: TpuctlError | None = None
         for zone in self.zones:
-            racers[zone] = existing.get(zone) or self.qr.in_zone(zone)
-            self.racers.append(racers[zone])
-            self._create(racers[zone], again, racing=True)
+            racer = existing.get(zone) or self.qr.in_zone(zone)
+            self.racers.append(racer)
+            try:
+                self._create(racer, again, racing=True)
+            except ResourceExhaustedError as refused:
+                self.racers.remove(racer)  # nothing was created there
+                attempts.append(ZoneAttempt(zone, refused.kind, refused.message))
+                self._refused(zone, refused)
+                error = refused
+                continue
+            racers[zone] = racer
+        if not racers:
+            assert error is not None
+            raise self._exhausted(error, attempts)
         watchers = {
             zone: Watcher(
                 ops.observe, self.wait_policy, clock=self.clock, on_event=self._racer(zone)
@@ -227,8 +265,6 @@ class ZoneChoice:
             for zone, ops in racers.items()
         }
         due = dict.fromkeys(racers, self.clock.monotonic())
-        attempts: list[ZoneAttempt] = []
-        error: TpuctlError | None = None
         while due:
             self.tick()
             zone = min(due, key=lambda z: (due[z], self.zones.index(z)))
@@ -350,6 +386,16 @@ class ZoneChoice:
             **facts,
         )
 
+    def _refused(self, zone: str, error: TpuctlError) -> None:
+        self.emit(
+            "zone.refused",
+            f"{self.name}: {zone} refused the create (RESOURCE_EXHAUSTED: no quota or "
+            "capacity for it there); nothing was created in it",
+            zone=zone,
+            outcome=error.kind,
+            refusal=error.message,
+        )
+
     def _delete(self, ops: QueuedResourceOps, why: str) -> None:
         ops.delete()
         self.emit(
@@ -414,8 +460,9 @@ def create_in_zones(
     """`create --wait` across several zones, as `up` brings a run up (tpuctl.jobs.zone_choice):
     one after another at each queueing deadline, or first-active. Ctrl-C leaves what is
     queued and names the command that deletes each (or deletes them with
-    --delete-on-interrupt). Without `wait`, the first zone only (claimed for a first-active
-    spec, so its job starts there)."""
+    --delete-on-interrupt); any other error names what is left where. Without `wait`, where
+    the run's queued resource already is, else the first zone that accepts the create
+    (claimed for a first-active spec, so its job starts there)."""
     from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import ApiQueuedResource, StorageJobRecord
 
@@ -437,23 +484,71 @@ def create_in_zones(
         on_watch=on_event,
         on_zone=moved,
     )
-    if not wait:
-        ops = choice.create_only()
-        return CreateResult(
-            "created" if choice.created else "exists", spec.name, choice.request_id, zone=ops.zone
-        )
     try:
-        ops = choice.bring_up(choice.find())
+        ops = choice.bring_up(choice.find()) if wait else choice.create_only()
+        return _brought_up(api.in_zone(ops.zone), spec.name, choice, options)
     except KeyboardInterrupt:
         left = {ops.zone: ops for ops in [current, *choice.racers]}
         raise _interrupted(spec.name, list(left.values()), options.delete_on_interrupt) from None
-    result = CreateResult("created" if choice.created else "exists", spec.name, choice.request_id)
+    except Exception as error:
+        raise _stopped(api, spec.name, zones, error) from error
+
+
+def _brought_up(
+    api: TpuApi, name: str, choice: ZoneChoice, options: lifecycle.WaitOptions
+) -> CreateResult:
+    """The Create document of a queued resource brought up in `api`'s zone: its wait (as
+    `tpuctl wait` reports it, whichever way the zone was chosen) and its status."""
+    from tpuctl.cloud import lifecycle, queries
+    from tpuctl.cloud.watcher import WatchResult
+
+    result = CreateResult("created" if choice.created else "exists", name, choice.request_id)
+    result.zone = api.location.zone
     waited = choice.waited
+    if isinstance(waited, WatchResult):  # a race's winner: its watcher's own result
+        waited = lifecycle.wait_summary(api, name, options.policy.until, waited)
     if waited is not None:
         result.wait = waited
         result.queued_resource = waited.queued_resource
-    result.zone = ops.zone
+    else:  # no wait (`create` alone), or taken up ACTIVE as it was found
+        result.queued_resource = queries.status(api, name)
     return result
+
+
+def _stopped(api: TpuApi, name: str, zones: Sequence[str], error: Exception) -> Exception:
+    """A bring-up across zones that ended in an error: the same error, saying what is left
+    where and the command that deletes each, unless it says so itself (a deadline's delete,
+    a hint naming the delete) or nothing is left. Any other exception becomes such an error,
+    so a queued resource it leaves behind is never unnamed."""
+    from tpuctl.cloud.queries import delete_command, locate
+
+    said = isinstance(error, TpuctlError) and (
+        "tpuctl delete" in (error.hint or "") or error.details.get("deleted") is False
+    )
+    if said:
+        return error
+    try:
+        polling = api.with_retry(min(api.retry_total, 5.0))
+        located = locate(polling, name, zones)
+        left = {zone: located.state_in(zone) for zone in located.holding}
+        left |= {failure.zone: "unknown: could not be asked" for failure in located.errors}
+    except Exception:  # the API itself fails: anything queued may be left
+        left = dict.fromkeys(zones, "unknown: could not be asked")
+    if not left:
+        return error
+    where = ", ".join(f"{zone} ({state})" for zone, state in left.items())
+    commands = "  and  ".join(delete_command(api.in_zone(zone), name) for zone in left)
+    if isinstance(error, TpuctlError):
+        error.message = f"{error.message}; {name} is left in {where}"
+        error.hint = f"delete it with: {commands}" + (f"; {error.hint}" if error.hint else "")
+        error.details["left_in"] = list(left)
+        return error
+    return TpuctlError(
+        f"internal error: {type(error).__name__}: {error}; {name} is left in {where}",
+        hint=f"delete it with: {commands}; rerun with --debug for the traceback and report it",
+        name=name,
+        left_in=list(left),
+    )
 
 
 def _interrupted(name: str, left: Sequence[Any], delete_them: bool) -> TpuctlError:
