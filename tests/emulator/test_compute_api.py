@@ -225,3 +225,20 @@ def test_every_resource_the_fake_shows_fits_the_discovery_document(emulator: Any
         assert discovery.problems(schema, body) == [], schema
     assert instance["scheduling"]["provisioningModel"] == "SPOT"
     assert call(emulator, "DELETE", group_path)[0] == 200
+
+
+def test_doctor_s_reads_work_against_the_fake(emulator: Any) -> None:
+    from google.auth.credentials import AnonymousCredentials
+
+    from tpuctl.cloud.compute_rest import firewall_rules, project_metadata, ssh_path
+
+    project = new_project()
+    env = {"TPUCTL_COMPUTE_ENDPOINT": emulator.compute_endpoint}
+    credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+    emulator.admin.project_metadata(project, {"enable-oslogin": "TRUE"})
+    assert project_metadata(project, credentials, environ=env) == {"enable-oslogin": "TRUE"}
+    rules = firewall_rules(project, credentials, environ=env)
+    assert ssh_path(rules, "default", [], None).rules == (
+        "default-allow-internal",
+        "default-allow-ssh",
+    )

@@ -179,3 +179,39 @@ def test_tpu7x_vm_runs_and_reports_its_slice(emulator: Any) -> None:
     assert len(list((compute.vm_root(ZONE, "tpu7x-1") / "dev").glob("accel*"))) == 4
     compute.wait(compute.instances.delete(project=compute.project, zone=ZONE, instance="tpu7x-1"))
     compute.gone(ZONE, "tpu7x-1")
+
+
+def test_a_time_limited_vm_stops_at_its_end_and_starts_again_on_its_disk(emulator: Any) -> None:
+    compute = Compute(emulator, new_project())
+    body = instance_body(
+        "limited",
+        ZONE,
+        "ct6e-standard-1t",
+        instanceTerminationAction="STOP",
+        maxRunDuration={"seconds": "120"},
+        metadata={"startup-script": RECORDER},
+    )
+    compute.wait(compute.insert_instance(ZONE, body))
+    home = compute.vm_root(ZONE, "limited") / "root"
+    wait_until(lambda: len(lines(home / "boots")) == 1, "the first boot")
+    stopped = compute.wait_status(ZONE, "limited", "TERMINATED", 60)  # STOP at the end
+    assert "termination_timestamp" not in stopped.resource_status.scheduling
+    assert lines(home / "signals") == ["term preempted=FALSE"]  # a graceful shutdown
+
+    compute.wait(compute.instances.start(project=compute.project, zone=ZONE, instance="limited"))
+    again = compute.wait_status(ZONE, "limited", "RUNNING")
+    assert again.resource_status.scheduling.termination_timestamp  # counted from this start
+    wait_until(lambda: len(lines(home / "boots")) == 2, "the boot after start")
+
+    compute.wait(compute.instances.stop(project=compute.project, zone=ZONE, instance="limited"))
+    assert compute.status(ZONE, "limited") == "TERMINATED"
+    compute.wait(compute.instances.start(project=compute.project, zone=ZONE, instance="limited"))
+    compute.wait_status(ZONE, "limited", "RUNNING")
+    wait_until(lambda: len(lines(home / "boots")) == 3, "the boot after the second start")
+    simulate = compute.instances.simulate_maintenance_event(
+        project=compute.project, zone=ZONE, instance="limited"
+    )
+    compute.wait(simulate)
+    wait_until(lambda: len(lines(home / "boots")) == 4, "the boot after simulated maintenance")
+    compute.wait(compute.instances.delete(project=compute.project, zone=ZONE, instance="limited"))
+    compute.gone(ZONE, "limited")

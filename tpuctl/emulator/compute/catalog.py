@@ -90,3 +90,18 @@ def slice_of(machine: MachineType, topology: str, field: str) -> Slice:
             f"number of {machine.name} VMs ({machine.chips} chips each)"
         )
     return Slice(machine, "x".join(str(dim) for dim in dims), chips, chips // machine.chips)
+
+
+def parse_pools(text: str) -> dict[str, int]:
+    """`v5p=64,tpu7x=128` → chips per generation pool of the Compute Engine fake."""
+    result: dict[str, int] = {}
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in GENERATIONS or not value.strip().isdigit():
+            raise ValueError(
+                f"bad capacity {part!r}: use GENERATION=CHIPS with GENERATION one of "
+                + ", ".join(GENERATIONS)
+            )
+        result[key] = int(value.strip())
+    return result

@@ -647,7 +647,11 @@ class ComputeEngine:
             if after <= 0:
                 for instance in chosen:
                     if instance.status != "RUNNING":
-                        raise not_ready(instance.link)
+                        raise ComputeApiError(
+                            400,
+                            "resourceNotReady",
+                            f"'{instance.link}' is {instance.status}, not RUNNING",
+                        )
                     instances.begin_maintenance(self.ctx, instance, "admin")
                 return {"maintenance": [i.link for i in chosen], "at": rfc3339(self._now())}
             at = [instances.announce_maintenance(self.ctx, i, after) for i in chosen]
