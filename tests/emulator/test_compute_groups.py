@@ -276,3 +276,55 @@ def test_tpu7x_slice_on_a_regional_mig(emulator: Any) -> None:
     compute.wait(groups.delete(project=project, region=where, instance_group_manager=name))
     compute.wait(templates.delete(project=project, instance_template="tmpl"))
     compute.wait(policies.delete(project=project, region=where, resource_policy="wp"))
+
+
+def test_a_mig_without_a_topology_makes_independent_single_host_vms(emulator: Any) -> None:
+    compute = Compute(emulator, new_project())
+    zone = unique_zone()
+    templates = compute.client("InstanceTemplatesClient")
+    compute.wait(
+        templates.insert(
+            project=compute.project,
+            instance_template_resource=message(
+                "InstanceTemplate", template_body("single", "ct6e-standard-1t")
+            ),
+        )
+    )
+    body = {
+        "name": "serving",
+        "instanceTemplate": f"projects/{compute.project}/global/instanceTemplates/single",
+        "targetSize": 2,
+    }
+    groups = compute.client("InstanceGroupManagersClient")
+    compute.wait(
+        groups.insert(
+            project=compute.project,
+            zone=zone,
+            instance_group_manager_resource=message("InstanceGroupManager", body),
+        )
+    )
+
+    def running() -> list[Any] | None:
+        managed = list(
+            groups.list_managed_instances(
+                project=compute.project, zone=zone, instance_group_manager="serving"
+            )
+        )
+        statuses = [entry.instance_status for entry in managed]
+        return managed if statuses == ["RUNNING", "RUNNING"] else None
+
+    for entry in wait_until(running, "both VMs to run", 60):
+        items = {i.key: i.value for i in compute.get(zone, entry.name).metadata.items}
+        assert (items["agent-worker-number"], items["worker-network-endpoints"]) == (
+            "0",
+            entry.name,
+        )
+    assert (
+        "applied_accelerator_topologies"
+        not in groups.get(
+            project=compute.project, zone=zone, instance_group_manager="serving"
+        ).status
+    )
+    compute.wait(
+        groups.delete(project=compute.project, zone=zone, instance_group_manager="serving")
+    )

@@ -215,3 +215,18 @@ def test_a_time_limited_vm_stops_at_its_end_and_starts_again_on_its_disk(emulato
     wait_until(lambda: len(lines(home / "boots")) == 4, "the boot after simulated maintenance")
     compute.wait(compute.instances.delete(project=compute.project, zone=ZONE, instance="limited"))
     compute.gone(ZONE, "limited")
+
+
+def test_shrinking_a_pool_below_use_preempts_its_newest_spot_vm(emulator: Any) -> None:
+    compute = Compute(emulator, new_project())
+    zone = unique_zone()
+    emulator.admin.compute_capacity({"v6e": 2}, zone=zone)
+    for name in ("older", "newer"):
+        body = instance_body(name, zone, "ct6e-standard-1t", model="SPOT")
+        compute.wait(compute.insert_instance(zone, body))
+    emulator.admin.compute_capacity({"v6e": 1}, zone=zone)
+    assert compute.wait_status(zone, "newer", "TERMINATED").status_message == (
+        "Instance was preempted."
+    )
+    assert compute.status(zone, "older") == "RUNNING"
+    assert emulator.admin.compute_capacity(zone=zone)["v6e"]["used"] == 1

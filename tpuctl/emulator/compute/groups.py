@@ -284,7 +284,8 @@ def bulk_create(ctx: Context, group: GroupRecord, epoch: int) -> None:
         order = list(range(len(instances)))
         random.shuffle(order)  # worker numbers unrelated to names or list order
         for instance, worker in zip(instances, order, strict=True):
-            instance.worker = worker
+            # Without an accelerator topology each VM is a single-host slice of its own.
+            instance.worker = worker if group.topology else 0
             if flex:  # a flex-start request's VMs exist while they wait
                 instance.status = "PENDING"
                 store.instances[instance.key] = instance
@@ -308,7 +309,8 @@ def bulk_create(ctx: Context, group: GroupRecord, epoch: int) -> None:
             store.instances[instance.key] = instance
         store.events.emit("compute.group.creating", node=group.link)
     extra = group_extra(group)
-    if bring_up(ctx, instances, alive, extra=lambda _instance: extra):
+    slices = [instances] if group.topology else [[instance] for instance in instances]
+    if all([bring_up(ctx, hosts, alive, extra=lambda _instance: extra) for hosts in slices]):
         with store.lock:
             group.state = "READY"
             store.events.emit("compute.group.ready", node=group.link, detail=group.topology or "")
