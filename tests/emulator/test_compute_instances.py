@@ -230,3 +230,21 @@ def test_shrinking_a_pool_below_use_preempts_its_newest_spot_vm(emulator: Any) -
     )
     assert compute.status(zone, "older") == "RUNNING"
     assert emulator.admin.compute_capacity(zone=zone)["v6e"]["used"] == 1
+
+
+def test_deleting_a_pending_flex_start_vm_ends_its_insert(emulator: Any) -> None:
+    compute = Compute(emulator, new_project())
+    zone = unique_zone()
+    emulator.admin.compute_capacity({"v5p": 0}, zone=zone)
+    body = instance_body(
+        "queued", zone, "ct5p-hightpu-4t", model="FLEX_START", maxRunDuration={"seconds": "3600"}
+    )
+    body["params"] = {"requestValidForDuration": {"seconds": "7200"}}
+    insert = compute.insert_instance(zone, body)
+    compute.wait_status(zone, "queued", "PENDING")
+    compute.wait(compute.instances.delete(project=compute.project, zone=zone, instance="queued"))
+    compute.gone(zone, "queued")
+    with pytest.raises(OperationFailed):  # it never ran: the insert does not say it did
+        compute.wait(insert)
+    emulator.admin.compute_capacity({"v5p": 4}, zone=zone)
+    assert emulator.admin.compute_capacity(zone=zone)["v5p"]["used"] == 0

@@ -119,3 +119,13 @@ def stockout(zone_link: str) -> OperationError:
         "request.  Try a different zone, or try again later.",
         503,
     )
+
+
+def interrupted(link: str) -> OperationError:
+    """An insert or start overtaken by a delete, a stop or a preemption before the VM ran (the
+    service's own code for this is not documented: this one is the fake's)."""
+    return OperationError(
+        "ABORTED",
+        f"The resource '{_path(link)}' was deleted or stopped before the operation completed.",
+        409,
+    )

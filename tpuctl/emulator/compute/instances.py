@@ -20,6 +20,7 @@ from tpuctl.emulator.compute import catalog
 from tpuctl.emulator.compute.errors import (
     ComputeApiError,
     bad_field,
+    interrupted,
     invalid,
     stockout,
 )
@@ -511,12 +512,11 @@ def create(ctx: Context, instance: InstanceRecord, epoch: int, operation: Operat
     """instances.insert: capacity (a flex-start VM waits for it, PENDING), then bring it up."""
     store = ctx.store
     with instance.flow_lock:
-        if not _acquire(store, instance, epoch, operation):
-            return
-        bring_up(ctx, [instance], lambda: store.alive(instance, epoch))
-        with store.lock:
-            if store.alive(instance, epoch) and instance.status == "RUNNING":
-                store.finish(operation)
+        ran = _acquire(store, instance, epoch, operation) and bring_up(
+            ctx, [instance], lambda: store.alive(instance, epoch)
+        )
+        with store.lock:  # (an operation that ended keeps its first outcome)
+            store.finish(operation, None if ran else interrupted(instance.link))
 
 
 def _acquire(
@@ -753,16 +753,16 @@ def start(ctx: Context, instance: InstanceRecord, epoch: int, operation: Operati
     with instance.flow_lock:
         with store.lock:
             if not store.alive(instance, epoch):
-                store.finish(operation)
+                store.finish(operation, interrupted(instance.link))
                 return
             if not try_allocate(store, [instance]):
                 set_status(store, instance, "TERMINATED")
                 store.finish(operation, stockout(link(instance.project, "zones", instance.zone)))
                 return
             instance.preempted = False
-        bring_up(ctx, [instance], lambda: store.alive(instance, epoch))
+        ran = bring_up(ctx, [instance], lambda: store.alive(instance, epoch))
         with store.lock:
-            store.finish(operation)
+            store.finish(operation, None if ran else interrupted(instance.link))
         notify_groups(ctx, instance)
 
 
