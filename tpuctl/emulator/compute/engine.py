@@ -637,6 +637,8 @@ class ComputeEngine:
     def preempt(self, target: str) -> dict[str, Any]:
         with self.store.lock:
             doomed = self.resolve_targets(target)
+            for instance in doomed:  # all of them can be preempted, or none is
+                instances.check_preemptible(instance)
             for instance in doomed:
                 instances.preempt(self.ctx, instance)
             return {"preempted": [instance.link for instance in doomed]}
@@ -653,7 +655,8 @@ class ComputeEngine:
                             f"'{instance.link}' is {instance.status}, not RUNNING",
                         )
                     instances.begin_maintenance(self.ctx, instance, "admin")
-                return {"maintenance": [i.link for i in chosen], "at": rfc3339(self._now())}
+                now = self.store.clock.wall()
+                return {"maintenance": [i.link for i in chosen], "at": rfc3339(now)}
             at = [instances.announce_maintenance(self.ctx, i, after) for i in chosen]
             return {"maintenance": [i.link for i in chosen], "at": rfc3339(at[0])}
 
@@ -727,9 +730,6 @@ class ComputeEngine:
                     for _key, g in sorted(self.store.groups.items())
                 ],
             }
-
-    def _now(self) -> Any:
-        return self.store.clock.wall()
 
 
 def _group_verb(scope: Scope, verb: str) -> str:

@@ -767,10 +767,8 @@ def start(ctx: Context, instance: InstanceRecord, epoch: int, operation: Operati
 
 
 # -------------------------------------------------------------------- faults, maintenance
-def preempt(ctx: Context, instance: InstanceRecord) -> None:
-    """Spot preemption (under the lock): `preempted` TRUE at once, the soft-off notice, then
-    TERMINATED (or deleted, with instanceTerminationAction DELETE)."""
-    store = ctx.store
+def check_preemptible(instance: InstanceRecord) -> None:
+    """A 400 unless `instance` is a spot VM that runs (or is being made)."""
     if instance.model != "SPOT":
         raise ComputeApiError(
             400, "invalid", f"'{instance.link}' is {instance.model}; only SPOT VMs are preempted"
@@ -779,6 +777,13 @@ def preempt(ctx: Context, instance: InstanceRecord) -> None:
         raise ComputeApiError(
             400, "resourceNotReady", f"'{instance.link}' is {instance.status}, not running"
         )
+
+
+def preempt(ctx: Context, instance: InstanceRecord) -> None:
+    """Spot preemption (under the lock): `preempted` TRUE at once, the soft-off notice, then
+    TERMINATED (or deleted, with instanceTerminationAction DELETE)."""
+    store = ctx.store
+    check_preemptible(instance)
     epoch = store.supersede(instance)
     instance.preempted = True
     set_status(store, instance, "STOPPING", "Instance was preempted.")

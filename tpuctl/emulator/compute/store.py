@@ -23,7 +23,7 @@ from typing import Any
 from tpuctl.emulator.compute import catalog
 from tpuctl.emulator.compute.catalog import MachineType, Slice
 from tpuctl.emulator.compute.errors import OperationError, not_found
-from tpuctl.emulator.compute.links import link, scope_link
+from tpuctl.emulator.compute.links import link
 from tpuctl.emulator.control.capacity import CapacityPools
 from tpuctl.emulator.control.clock import Clock, rfc3339
 from tpuctl.emulator.control.config import DEFAULT_CAPACITY_CHIPS, EmulatorConfig
@@ -329,9 +329,6 @@ class Store:
             raise not_found(key)
         return found
 
-    def scope_url(self, project: str, scope: Scope) -> str:
-        return scope_link(project, scope)
-
     # ------------------------------------------------------------------------- flows
     def spawn(self, flow: Callable[..., None], *args: Any) -> None:
         """Run `flow(*args)` in a thread of its own."""
@@ -358,18 +355,6 @@ class Store:
         instance.epoch += 1
         self.cond.notify_all()
         return instance.epoch
-
-    def sleep(self, instance: InstanceRecord, epoch: int, seconds: float) -> bool:
-        """Wait `seconds` of emulated time; False as soon as the flow is superseded."""
-        end = self.clock.monotonic() + self.clock.scaled(seconds)
-        with self.cond:
-            while True:
-                if not self.alive(instance, epoch):
-                    return False
-                left = end - self.clock.monotonic()
-                if left <= 0:
-                    return True
-                self.cond.wait(left)
 
     def wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
         """Wait (real seconds) until `done()` under the lock, or the timeout, or closing."""
