@@ -41,6 +41,8 @@ class FakeNode:
     stops: list[float | None] = field(default_factory=list)
     disks: int = 1
     ssh_faults: dict[int, str | None] = field(default_factory=dict)
+    instance_state: dict[str, str] = field(default_factory=dict)
+    hosts: str = ""
 
 
 class FakeWorkerPlane:
@@ -74,6 +76,14 @@ class FakeWorkerPlane:
     def set_metadata(self, node_id: str, metadata: dict[str, str]) -> None:
         with self._lock:
             self.nodes[node_id].metadata = dict(metadata)
+
+    def set_instance_state(self, node_id: str, state: dict[str, str]) -> None:
+        with self._lock:
+            self.nodes[node_id].instance_state = dict(state)
+
+    def set_hosts(self, node_id: str, text: str) -> None:
+        with self._lock:
+            self.nodes[node_id].hosts = text
 
     def boot(self, node_id: str) -> None:
         with self._lock:

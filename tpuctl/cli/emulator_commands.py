@@ -292,3 +292,65 @@ def events(follow: bool, since: int, host: str | None) -> None:
         for event in stream:
             sys.stdout.write(json.dumps(event) + "\n")
             sys.stdout.flush()
+
+
+@emulator_group.group("compute")
+def compute_group() -> None:
+    """Drive the emulator's Compute Engine fake (TPU VMs at TPUCTL_COMPUTE_ENDPOINT).
+
+    TARGET is an instance (projects/P/zones/Z/instances/NAME, or a name that names one) or a
+    managed instance group (projects/P/zones/Z/instanceGroupManagers/NAME or
+    projects/P/regions/R/instanceGroupManagers/NAME, or its bare name): every instance of it.
+    """
+
+
+@compute_group.command("preempt")
+@click.argument("target")
+@host_option
+@output_option
+def compute_preempt(target: str, host: str | None) -> None:
+    """Spot preemption: `preempted` TRUE, the soft-off SIGTERM with 30 s to go, then TERMINATED
+    (deleted with instanceTerminationAction DELETE)."""
+    with _admin(host) as admin:
+        reply = admin.compute_preempt(target)
+    emit(views.EmulatorFault(reply), views.fault_view)
+
+
+@compute_group.command("maintenance")
+@click.argument("target")
+@click.option(
+    "--at",
+    type=DURATION_OR_ZERO,
+    default=0.0,
+    help="When, from now, e.g. +30m (emulated time); announced in upcomingMaintenance until then.",
+)
+@host_option
+@output_option
+def compute_maintenance(target: str, at: float, host: str | None) -> None:
+    """Host maintenance: SIGTERM and the OS's stop timeout, a reboot, the startup script again."""
+    with _admin(host) as admin:
+        reply = admin.compute_maintenance(target, at)
+    emit(views.EmulatorFault(reply), views.fault_view)
+
+
+@compute_group.command("capacity")
+@click.argument("changes", nargs=-1, metavar="[GEN=CHIPS]...")
+@click.option(
+    "--zone",
+    default=None,
+    help="The pools this zone draws from; changing them gives the zone pools of its own.",
+)
+@host_option
+@output_option
+def compute_capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> None:
+    """Show or change the fake's TPU pools (v5p, v6e, tpu7x); freed chips let flex-start VMs
+    and bulk MIGs that wait proceed, shrinking a pool below use preempts its spot VMs."""
+    from tpuctl.emulator.compute.catalog import parse_pools
+
+    try:
+        parsed = parse_pools(",".join(changes))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    with _admin(host) as admin:
+        data = admin.compute_capacity(parsed, zone=zone)
+    emit(views.EmulatorCapacity(data), views.capacity_view)

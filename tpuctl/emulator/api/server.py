@@ -14,6 +14,7 @@ import grpc
 
 from tpuctl.emulator.api.admin_service import AdminServicer
 from tpuctl.emulator.api.compute import ComputeServer
+from tpuctl.emulator.api.compute_admin import ComputeAdminServicer
 from tpuctl.emulator.api.oslogin_service import OsLoginServicer
 from tpuctl.emulator.api.service import ApiFaults, TpuServicer
 from tpuctl.emulator.control.clock import Clock
@@ -81,6 +82,11 @@ class Emulator:
             identity = self._identity_factory or _real_identity()
             self._cloud = CloudTpu(config, plane, self._events, clock, identity)
             self._cloud.project_metadata = self.access.project_metadata
+            from tpuctl.emulator.compute.engine import ComputeEngine
+
+            self._compute.attach(
+                ComputeEngine(config, plane, self._events, clock, self.access.project_metadata)
+            )
             self.faults = ApiFaults(self._events)
             server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
@@ -103,6 +109,7 @@ class Emulator:
                     *TpuServicer(self._cloud, self.faults).handlers(),
                     OsLoginServicer(self.access, self.faults.check).handler(),
                     admin.handler(),
+                    ComputeAdminServicer(self._compute).handler(),
                 ]
             )
             server.start()
@@ -120,6 +127,8 @@ class Emulator:
         if self._cloud is not None:
             self._cloud.close()
             self._cloud = None
+        if self._compute is not None and self._compute.engine is not None:
+            self._compute.engine.close()  # its flows stop before the worker plane goes
         if self._plane is not None:
             try:
                 self._plane.close()

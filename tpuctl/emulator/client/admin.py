@@ -12,6 +12,7 @@ import grpc
 from tpuctl.errors import NotFoundError, TpuctlError, UsageError
 
 ADMIN_SERVICE = "tpuctl.emulator.v1.Admin"
+COMPUTE_ADMIN_SERVICE = "tpuctl.emulator.v1.ComputeAdmin"
 
 
 class AdminClient:
@@ -32,10 +33,14 @@ class AdminClient:
         self.close()
 
     def call(
-        self, method: str, body: dict[str, Any] | None = None, timeout: float | None = None
+        self,
+        method: str,
+        body: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        service: str = ADMIN_SERVICE,
     ) -> Any:
         stub = self._channel.unary_unary(
-            f"/{ADMIN_SERVICE}/{method}",
+            f"/{service}/{method}",
             request_serializer=lambda value: json.dumps(value).encode("utf-8"),
             response_deserializer=lambda data: json.loads(data.decode("utf-8")),
         )
@@ -128,6 +133,38 @@ class AdminClient:
         """A project's common instance metadata, after setting `changes` (None removes)."""
         body = {"project": project, "set": changes or {}}
         result: dict[str, str] = self.call("ProjectMetadata", body)["metadata"]
+        return result
+
+    # -- the Compute Engine fake -------------------------------------------------------------
+    def compute_preempt(self, target: str) -> dict[str, Any]:
+        """Spot preemption of an instance (`projects/P/zones/Z/instances/N`, or a name that
+        names one), or of every instance of a MIG."""
+        result: dict[str, Any] = self.call(
+            "Preempt", {"target": target}, service=COMPUTE_ADMIN_SERVICE
+        )
+        return result
+
+    def compute_maintenance(self, target: str, at: str | float = 0) -> dict[str, Any]:
+        """Host maintenance on an instance (or a MIG's): now, or announced in
+        upcomingMaintenance and started `at` emulated seconds from now ("+30m")."""
+        body = {"target": target, "at": at}
+        result: dict[str, Any] = self.call("Maintenance", body, service=COMPUTE_ADMIN_SERVICE)
+        return result
+
+    def compute_capacity(
+        self, changes: dict[str, int] | None = None, *, zone: str | None = None
+    ) -> dict[str, Any]:
+        """Show, or set, the chips of the Compute Engine fake's pools (v5p, v6e, tpu7x)."""
+        body: dict[str, Any] = {"set": changes or {}}
+        if zone:
+            body["zone"] = zone
+        result: dict[str, Any] = self.call("Capacity", body, service=COMPUTE_ADMIN_SERVICE)[
+            "capacity"
+        ]
+        return result
+
+    def compute_status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("Status", service=COMPUTE_ADMIN_SERVICE)
         return result
 
     def events(self, since: int = 0, wait: float = 0.0) -> list[dict[str, Any]]:

@@ -55,6 +55,19 @@ class EmulatorProcess:
         channel = grpc.insecure_channel(self.host)
         return tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
 
+    def compute_client(self, service: str = "InstancesClient") -> Any:
+        """An unmodified google-cloud-compute client (`InstancesClient`,
+        `InstanceGroupManagersClient`, …) over REST to this emulator's Compute Engine fake."""
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import compute_v1
+
+        return getattr(compute_v1, service)(
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+            client_options=ClientOptions(api_endpoint=self.compute_endpoint),
+            transport="rest",
+        )
+
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         command = [

@@ -116,6 +116,63 @@ def metadata_tree(view: WorkerView, metadata: Mapping[str, str]) -> MetadataTree
     }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class InstanceView:
+    """What the metadata server of one Compute Engine instance knows about itself."""
+
+    name: str
+    instance_id: str
+    project: str
+    zone: str
+    machine_type: str
+    ip: str
+    preemptible: bool
+    automatic_restart: bool
+    on_host_maintenance: str
+
+
+# The instance state Compute Engine's metadata server reports beside the attributes, set by the
+# control plane as it changes: `preempted`, `maintenance-event`, `upcoming-maintenance` (JSON,
+# only while one is announced) and `scheduling/termination-timestamp`.
+INSTANCE_STATE_DEFAULTS = {"preempted": "FALSE", "maintenance-event": "NONE"}
+
+
+def instance_tree(
+    view: InstanceView, metadata: Mapping[str, str], state: Mapping[str, str]
+) -> MetadataTree:
+    """Everything under /computeMetadata/v1/ for a Compute Engine instance: its attributes are
+    its metadata items as they are (the platform's own keys among them), no TPU API defaults."""
+    number = project_number(view.project)
+    values = {**INSTANCE_STATE_DEFAULTS, **state}
+    scheduling: MetadataTree = {
+        "automatic-restart": "TRUE" if view.automatic_restart else "FALSE",
+        "on-host-maintenance": view.on_host_maintenance,
+        "preemptible": "TRUE" if view.preemptible else "FALSE",
+    }
+    instance: MetadataTree = {
+        "attributes": dict(metadata),
+        "hostname": f"{view.name}.{view.zone}.c.{view.project}.internal",
+        "id": view.instance_id,
+        "name": view.name,
+        "zone": f"projects/{number}/zones/{view.zone}",
+        "machine-type": f"projects/{number}/machineTypes/{view.machine_type}",
+        "network-interfaces": {"0": {"ip": view.ip}},
+        "scheduling": scheduling,
+    }
+    for key, value in values.items():
+        parent, _, leaf = key.rpartition("/")
+        target = instance
+        for part in filter(None, parent.split("/")):
+            child = target.setdefault(part, {})
+            assert isinstance(child, dict)
+            target = child
+        target[leaf] = value
+    return {
+        "instance": instance,
+        "project": {"project-id": view.project, "numeric-project-id": number, "attributes": {}},
+    }
+
+
 def _resolve(tree: MetadataTree, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
     """The body for `path` below /computeMetadata/v1/, or None when it does not exist."""
     node: str | MetadataTree = tree

@@ -43,6 +43,19 @@ class NodeIdentity:
     # network_config.enable_external_ips: without them, a firewall (firewall.py) admits SSH
     # only from IAP's range and from the emulator's own workers.
     external_ips: bool = True
+    chips_per_vm: int = 0  # TPU chips on each VM; 0: as accelerator_type says
+
+
+@dataclass(frozen=True)
+class InstanceIdentity(NodeIdentity):
+    """A Compute Engine instance: one VM (workers=1) whose metadata server is Compute Engine's
+    (metadata.instance_tree), its attributes the instance's metadata items as they are."""
+
+    instance_name: str = ""
+    instance_id: str = ""
+    machine_type: str = ""
+    automatic_restart: bool = True
+    on_host_maintenance: str = "TERMINATE"
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,11 @@ class HostPlane(Protocol):
     def metadata_port(self) -> int: ...
 
     def is_worker_ip(self, address: str) -> bool: ...
+
+
+def identity_chips(identity: NodeIdentity) -> int:
+    """TPU chips on each VM of the node (its /dev/accel* devices)."""
+    return identity.chips_per_vm or chips_per_vm(identity.accelerator_type)
 
 
 def chips_per_vm(accelerator_type: str) -> int:
@@ -149,6 +167,24 @@ class PlaneWorker:
         if cached is not None and cached[0] == version:
             return cached[1]
         identity = node.identity
+        if isinstance(identity, InstanceIdentity):
+            tree = metadata_server.instance_tree(
+                metadata_server.InstanceView(
+                    name=identity.instance_name,
+                    instance_id=identity.instance_id,
+                    project=identity.project,
+                    zone=identity.zone,
+                    machine_type=identity.machine_type,
+                    ip=self.ip,
+                    preemptible=identity.preemptible,
+                    automatic_restart=identity.automatic_restart,
+                    on_host_maintenance=identity.on_host_maintenance,
+                ),
+                node.metadata,
+                node.instance_state,
+            )
+            self._tree = (version, tree)
+            return tree
         view = metadata_server.WorkerView(
             node_id=identity.node_id,
             node_name=identity.node_name,
@@ -243,6 +279,7 @@ class PlaneNode:
         self.lock = threading.Lock()  # serializes lifecycle operations on this node
         self.version = 0
         self.metadata: dict[str, str] = {}
+        self.instance_state: dict[str, str] = {}  # metadata.instance_tree's `state`
         self.keys: dict[str, list[str]] = {}
         self._key_cache: dict[str, asyncssh.SSHAuthorizedKeys] = {}
         self.deleted = False
@@ -261,6 +298,10 @@ class PlaneNode:
         self.keys = sshd.parse_ssh_keys(metadata.get("ssh-keys", ""))
         self._key_cache = {}
         self.metadata = dict(metadata)
+        self.version += 1
+
+    def set_instance_state(self, state: Mapping[str, str]) -> None:
+        self.instance_state = dict(state)  # replaced, never mutated (read off the lock)
         self.version += 1
 
     def authorized_keys(self, user: str) -> asyncssh.SSHAuthorizedKeys | None:

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tpuctl.emulator.vms import firewall, vm
 from tpuctl.emulator.vms.access import Access
 from tpuctl.emulator.vms.plane_nodes import (
+    InstanceIdentity,
     NodeIdentity,
     PlaneNode,
     PlaneWorker,
     WorkerInfo,
-    chips_per_vm,
+    identity_chips,
 )
 from tpuctl.errors import NotFoundError
 
@@ -40,7 +41,14 @@ if TYPE_CHECKING:
     import asyncssh
 
 # NodeIdentity and WorkerInfo live in plane_nodes.py; tests and scripts/bench import them here.
-__all__ = ["FAULT_MODES", "SSH_SERVERS", "NodeIdentity", "WorkerInfo", "WorkerPlane"]
+__all__ = [
+    "FAULT_MODES",
+    "SSH_SERVERS",
+    "InstanceIdentity",
+    "NodeIdentity",
+    "WorkerInfo",
+    "WorkerPlane",
+]
 
 T = TypeVar("T")
 
@@ -186,7 +194,7 @@ class WorkerPlane:
 
         try:
             with node.lock:
-                chips = chips_per_vm(identity.accelerator_type)
+                chips = identity_chips(identity)
                 for index in range(identity.workers):
                     worker = PlaneWorker(self, node, index, self._allocate_ip())
                     worker.host_key, worker.host_key_line = sshd.generate_host_key()
@@ -232,6 +240,21 @@ class WorkerPlane:
             node.set_metadata(metadata)
             for worker in node.workers:
                 worker.refresh_authorized_keys()
+
+    def set_instance_state(self, node_id: str, state: dict[str, str]) -> None:
+        """A Compute Engine instance's state as its metadata server reports it (preempted,
+        maintenance-event, upcoming-maintenance, the termination timestamp)."""
+        with self._locked(node_id) as node:
+            node.set_instance_state(state)
+
+    def set_hosts(self, node_id: str, text: str) -> None:
+        """Write `etc/hosts` on every worker's disk: the names its VPC's internal DNS would
+        resolve, which the emulator has no DNS server for (`$TPUCTL_VM_ROOT/etc/hosts`)."""
+        with self._locked(node_id) as node:
+            for worker in node.workers:
+                path = worker.vm_root / "etc" / "hosts"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
 
     def boot(self, node_id: str) -> None:
         """One boot of every worker: count it and start the startup script, as the guest agent."""
@@ -297,7 +320,7 @@ class WorkerPlane:
         with self._locked(node_id) as node:
             self._kill(node, None)
             self._call(self._drop_connections(node))
-            chips = chips_per_vm(node.identity.accelerator_type)
+            chips = identity_chips(node.identity)
             for worker in node.workers:
                 vm.remove_tree(worker.vm_root)
                 vm.create_vm_root(worker.vm_root, chips)
