@@ -11,7 +11,7 @@ from typing import Any
 
 from tests.jobs.fakes import T0, FakeClock, FakeJobs, FakeRecord, fleet
 from tpuctl.cloud.watcher import GONE
-from tpuctl.errors import ApiUnavailableError
+from tpuctl.errors import ApiUnavailableError, ResourceExhaustedError
 from tpuctl.fanout.operations import Fleet
 from tpuctl.jobs.reconcile.record import RunRecord
 from tpuctl.jobs.reconcile.seen import SliceSeen
@@ -33,6 +33,7 @@ class FakeZone:
     ready_after: float = 2.0
     settled: bool = True
     undeletable: bool = False  # deletes cannot be sent (the API refuses them)
+    refuses: bool = False  # creates are refused: RESOURCE_EXHAUSTED (no quota or capacity)
     creates: int = 0
     deletes: int = 0
 
@@ -99,6 +100,8 @@ class FakeSlices:
         self._advance(fake)
         if fake.state != GONE:
             return "exists", None
+        if fake.refuses:
+            raise ResourceExhaustedError("Quota exceeded", created=False, zone=zone)
         fake.creates += 1
         fake.state, fake.initiator, fake.failure = "WAITING_FOR_RESOURCES", None, None
         fake.created_at = self.clock.t

@@ -20,6 +20,7 @@ from tpuctl.errors import (
     Interrupted,
     PreemptedError,
     QueuedResourceFailed,
+    ResourceExhaustedError,
     TpuctlError,
 )
 from tpuctl.jobs.reconcile.world import World
@@ -342,6 +343,33 @@ def test_sequential_never_moves_on_while_the_last_zone_s_request_may_still_exist
     assert run.qr.zone("b").creates == 0
 
 
+def test_a_zone_that_refuses_the_create_is_left_for_the_next() -> None:
+    run = zoned()
+    run.qr.zone("a").refuses = True
+    run.time.at(30, lambda: setattr(run.record, "done", True))
+    result = run.run()
+    assert result.outcome == "done" and result.zone == "b"
+    assert run.qr.zone("a").creates == 0 and run.qr.zone("b").creates == 1
+    refused = run.journal.of("zone.gave_up")
+    assert (
+        refused[0]["outcome"] == "resource_exhausted"
+        and "nothing was created" in (refused[0]["message"])
+    )
+    assert run.qr.zone("a").deletes == 0  # nothing to delete there
+
+
+def test_every_zone_refusing_the_create_gives_up_having_created_and_deleted_nothing() -> None:
+    run = zoned("first-active")
+    for zone in ("a", "b"):
+        run.qr.zone(zone).refuses = True
+    with pytest.raises(ResourceExhaustedError) as raised:
+        run.run()
+    assert raised.value.exit_code == ExitCode.ERROR
+    assert "every zone (a, b) refused the create" in raised.value.message
+    assert raised.value.details["deleted"] is False
+    assert all(run.qr.zone(z).creates == run.qr.zone(z).deletes == 0 for z in ("a", "b"))
+
+
 def test_first_active_keeps_the_first_active_and_deletes_the_others_before_the_job() -> None:
     run = zoned("first-active")
     a, b = run.qr.zone("a"), run.qr.zone("b")
@@ -514,3 +542,51 @@ def test_a_step_killed_at_any_crash_point_is_finished_by_the_next(
         assert zone.creates == 2 and run.qr.most_at_once() == 1, where
         assert run.jobs.restarted == 1, where
         assert len(run.journal.of("preemption.detected")) == 1, where
+
+
+def test_a_run_stopped_by_delete_ends_up_and_its_leftovers_go() -> None:
+    run = Run()
+    run.jobs.set("running")
+    active(run)
+
+    def delete_by_spec() -> None:  # `tpuctl delete SPEC` marks the run stopped, then deletes
+        run.journal.append("run.stopped", "stopped by tpuctl delete", {"by": "tpuctl delete"})
+
+    run.time.at(10, delete_by_spec)
+    result = run.run()
+    assert result.outcome == "stopped"
+    zone = run.qr.zone("z")
+    assert zone.state == GONE and zone.deletes == 1  # what it left is deleted, never recreated
+    assert zone.creates == 1
+
+
+# --------------------------------------------------------------- the real record store
+
+
+def test_the_store_folds_only_what_its_snapshot_has_not_seen(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tpuctl.jobs.reconcile.store import RunStore
+
+    base = Path(str(tmp_path))
+    job_spec = dataclasses.replace(
+        spec(), checkpoint=dataclasses.replace(spec().checkpoint, dir=str(base / "ckpt"))
+    )
+    store = RunStore(job_spec, "p", "z")
+    record = store.load()
+    assert not record.started
+    entry = store.append("run.start", "start", {"attempt": 1})
+    record.apply(entry.timestamp, entry.kind, entry.fields)
+    record.last_entry = entry.name
+    store.save(record)
+    other = RunStore(job_spec, "p", "z", hostname="elsewhere")  # another machine's step
+    other.append("preemption.detected", "preempted", {"incarnation": "z@1"})
+    reads: list[list[str]] = []
+    again = RunStore(job_spec, "p", "z")
+    real_read = again.journal.read
+    again.journal.read = lambda names: reads.append(names) or real_read(names)  # type: ignore[method-assign]
+    folded = again.load()
+    assert folded.attempt == 1 and folded.preempted == ["z@1"]
+    assert len(reads) == 1 and len(reads[0]) == 1  # only the entry the snapshot had not folded
+    (base / "ckpt" / "tpuctl" / "job" / "state.json").write_text("{not json")
+    assert RunStore(job_spec, "p", "z").load().preempted == ["z@1"]  # the journal is the truth

@@ -377,6 +377,8 @@ def delete(
     if not yes:
         _confirm_delete(resolved, force)
     api = connect_api(resolved.location, impersonate)
+    if resolved.spec is not None:
+        _stop_supervision(app, resolved)
     with WaitProgress(app, resolved.name).shown() as progress:
         if resolved.zones:  # a spec with several zones: wherever it is, in each that holds it
             result = lifecycle.delete_in_zones(
@@ -401,6 +403,30 @@ def delete(
                 on_event=progress,
             )
     emit(result, views.delete_view)
+
+
+def _stop_supervision(app: AppContext, resolved: Target) -> None:
+    """A supervised run deleted by its spec is marked stopped first, so no supervisor (up, or
+    a scheduler's reconcile) creates it again; `tpuctl up SPEC` starts it again."""
+    from tpuctl.jobs.reconcile.store import RunStore
+
+    assert resolved.spec is not None
+    store = RunStore(resolved.spec, resolved.location.project, resolved.location.zone)
+    try:
+        if not store.journal.names():
+            return  # never supervised: nothing to stop
+        store.append(
+            "run.stopped",
+            f"{resolved.name}: stopped by tpuctl delete; tpuctl up starts it again",
+            {"by": "tpuctl delete"},
+        )
+    except TpuctlError as error:
+        app.warn(
+            f"could not mark the run stopped in its journal ({error.message}): a supervisor "
+            "may create it again"
+        )
+        return
+    app.info(f"{resolved.name}: marked stopped in its journal, so no supervisor creates it again")
 
 
 def _confirm_delete(resolved: Target, force: bool) -> None:

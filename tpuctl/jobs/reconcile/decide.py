@@ -281,7 +281,7 @@ class _Decider:
         error = give_up_of(record.error) if record.finished == "gave_up" else None
         deletable = not record.kept or (self.policy.delete_kept and not self.policy.keep)
         deleting = [s for s in self.seen.present() if s.state == "DELETING"]
-        if deleting and record.finished != "stopped":
+        if deleting:
             return self.wait(
                 "deleting",
                 f"{self.name}: the run is over ({record.finished}); waiting for the deletion "
@@ -290,7 +290,7 @@ class _Decider:
                 outcome=outcome,
                 give_up=error,
             )
-        if left and record.finished != "stopped" and deletable:
+        if left and deletable:
             zones = tuple(s.zone for s in left)
             return self.make(
                 DELETE,
@@ -629,6 +629,19 @@ class _Decider:
 
     def _no_zone_left(self, phase: str) -> Decision:
         tried = list(self.record.round_given_up)
+        outcomes = set(self.record.round_outcomes.values())
+        if outcomes == {"resource_exhausted"}:
+            where = "the zone" if len(tried) == 1 else f"every zone ({', '.join(tried)})"
+            return self.give_up(
+                "resource_exhausted",
+                ExitCode.ERROR,
+                f"{self.name}: {where} refused the create (no quota or capacity for it); nothing "
+                "was created",
+                hint="request quota, try another capacity tier, or queue in other zones "
+                "(capacity.zones)",
+                zones=tried,
+                created=False,
+            )
         return self.give_up(
             "deadline",
             ExitCode.DEADLINE,

@@ -72,6 +72,7 @@ class RunRecord:
     ever_active: list[str] = field(default_factory=list)
     # The bring-up across zones: zones given up since the round began, and a race on.
     round_given_up: list[str] = field(default_factory=list)
+    round_outcomes: dict[str, str] = field(default_factory=dict)  # zone → why it was given up
     racing: bool = False
     # The job on the current queued resource.
     job_started_at: datetime | None = None
@@ -191,6 +192,7 @@ def _qr_state(record: RunRecord, at: datetime, fields: Mapping[str, Any]) -> Non
             record.ever_active.append(incarnation)
     if state == "ACTIVE" and not fields.get("racing"):
         record.round_given_up = []
+        record.round_outcomes = {}
 
 
 def _qr_gone(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -> None:
@@ -202,6 +204,8 @@ def _zone_gave_up(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -
     zone = str(fields.get("zone") or "")
     if zone and zone not in record.round_given_up:
         record.round_given_up.append(zone)
+    if zone:
+        record.round_outcomes[zone] = str(fields.get("outcome") or "")
 
 
 def _race(on: bool) -> Any:
@@ -218,6 +222,7 @@ def _disruption_of_slice(record: RunRecord, _at: datetime, fields: Mapping[str, 
     if incarnation and incarnation not in record.preempted:
         record.preempted.append(incarnation)
     record.round_given_up = []
+    record.round_outcomes = {}
     record.racing = False
     record.recovering = str(fields.get("cause") or "preemption")
     _forget_job(record)

@@ -17,6 +17,7 @@ from tpuctl.errors import (
     ExitCode,
     PreemptedError,
     QueuedResourceFailed,
+    ResourceExhaustedError,
     TpuctlError,
     UnreachableError,
 )
@@ -177,6 +178,7 @@ _ERRORS: dict[str, type[TpuctlError]] = {
     "preempted": PreemptedError,
     "command_failed": CommandFailedError,
     "unreachable": UnreachableError,
+    "resource_exhausted": ResourceExhaustedError,
 }
 
 

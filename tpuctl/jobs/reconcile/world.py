@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tpuctl import worker as contract
 from tpuctl.clock import Clock, rfc3339
-from tpuctl.errors import ApiUnavailableError, NotFoundError, TpuctlError
+from tpuctl.errors import ApiUnavailableError, NotFoundError, ResourceExhaustedError, TpuctlError
 from tpuctl.jobs.reconcile import crash
 from tpuctl.jobs.reconcile.decide import (
     CLAIM,
@@ -412,7 +412,18 @@ def _create(decision: Decision, world: World, run: RunRecord, seen: Seen, write:
     racing = len(decision.zones) > 1 or run.racing
     for zone in decision.zones:
         crash.point(f"create {zone}")
-        action, request_id = world.slices.create(zone)
+        try:
+            action, request_id = world.slices.create(zone)
+        except ResourceExhaustedError as refused:
+            write(
+                "zone.gave_up",
+                f"{name} in {zone}: the zone refused the create ({refused.message}); nothing "
+                "was created in it",
+                zone=zone,
+                outcome="resource_exhausted",
+                racing=racing or None,
+            )
+            continue
         where = f" in {zone}" if len(seen.slices) > 1 or racing else ""
         facts: dict[str, Any] = {"zone": zone, "racing": racing or None}
         if action == "created" and decision.again:
