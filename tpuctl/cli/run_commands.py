@@ -4,6 +4,7 @@ tpuctl.jobs.reconcile and tpuctl.jobs.up."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -254,6 +255,14 @@ def up(
 @click.command()
 @spec_argument
 @set_option
+@click.option(
+    "--step-deadline",
+    type=DURATION,
+    default=60.0,
+    show_default=True,
+    help="The step's own deadline: past it the step stops (the next one goes on), and its "
+    "lease goes stale this long after its last heartbeat if it was killed.",
+)
 @supervision_options
 def reconcile(
     *,
@@ -264,6 +273,7 @@ def reconcile(
     zones: str | None,
     impersonate: str | None,
     no_preflight: bool,
+    step_deadline: float,
     **tuning: Any,
 ) -> None:
     """One supervision step for SPEC's run: observe, decide, act once, record, exit.
@@ -303,6 +313,12 @@ def reconcile(
     )
     with interrupts():
         result = reconcile_once(
-            run.world, run.store, run.policy, command=run.command, on_said=stamped(app)
+            run.world,
+            run.store,
+            run.policy,
+            command=shlex.join(["tpuctl", "reconcile", spec_path]),
+            on_said=stamped(app),
+            deadline=step_deadline,
+            on_late=app.warn,
         )
     emit(result, views.reconcile_view)

@@ -5,7 +5,8 @@ without checkpoint.dir, a file in this user's state directory, which guards this
 names the holder (host, pid, command, a random id) and its last heartbeat. `acquire` creates
 it exclusively; a lease whose heartbeat is older than `stale_after` is taken over (its holder
 died without letting go); `renew` rewrites the heartbeat only if the lease is still ours, and
-`release` removes it only if it is. Every change is a compare-and-swap on the object (its
+`release` removes it only if it is. A holder on this machine whose process is gone (killed) is
+stale at once. Every change is a compare-and-swap on the object (its
 generation on Cloud Storage, an flock-guarded check on a local disk), so two processes can
 never both believe they hold it.
 """
@@ -132,6 +133,8 @@ class Lease:
     def _stale(self, holder: Holder) -> bool:
         if holder.heartbeat is None:
             return True
+        if holder.host == self.host and holder.pid and not _tpuctl_alive(holder.pid):
+            return True  # its process on this machine is gone (killed): no need to wait
         limit = holder.stale_after if holder.stale_after is not None else self.stale_after
         return (self.clock.now() - holder.heartbeat).total_seconds() > limit
 
@@ -241,6 +244,24 @@ class LeaseKeeper:
                 return
             except TpuctlError:
                 continue  # storage did not answer: the next beat tries again
+
+
+def _tpuctl_alive(pid: int) -> bool:
+    """Whether process `pid` on this machine lives and is a tpuctl (a pid reused by another
+    program is not the holder)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive, and not ours to judge
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"tpuctl" in handle.read()
+    except OSError:
+        return True  # no /proc to look in: trust the heartbeat alone
 
 
 def _seconds(value: Any) -> float | None:

@@ -264,6 +264,7 @@ def reconcile_once(
     command: str,
     on_said: Callable[[Said], None] | None = None,
     deadline: float = STEP_DEADLINE,
+    on_late: Callable[[str], None] | None = None,
 ) -> ReconcileResult:
     """`tpuctl reconcile`: one step under the run's lease (`store` is a RunStore). A lease
     held by another supervisor is no error: the run is in progress, and this step did
@@ -284,9 +285,41 @@ def reconcile_once(
             action="nothing",
             held_by=held.message,
         )
+    watchdog = _Watchdog(deadline, on_late)
     try:
-        with LeaseKeeper(lease, until=time.monotonic() + deadline) as keeper:
+        with watchdog, LeaseKeeper(lease, until=time.monotonic() + deadline) as keeper:
             result = run_step(world, store, policy, on_said=on_said, check=keeper.check)
     finally:
         lease.release()
     return reconcile_result(policy.name, result)
+
+
+class _Watchdog:
+    """A step that outlives its deadline ends itself: its lease goes stale then, and another
+    step must never act beside it. It stops as a killed step does (the next one finishes what
+    it began), exiting 12: the run is in progress."""
+
+    def __init__(self, deadline: float, on_late: Callable[[str], None] | None) -> None:
+        import threading
+
+        self.deadline = deadline
+        self.on_late = on_late
+        self.timer = threading.Timer(deadline, self._late)
+        self.timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.timer.cancel()
+
+    def _late(self) -> None:
+        import os
+
+        if self.on_late is not None:
+            self.on_late(
+                f"the step passed its deadline ({self.deadline:g} s) and stops here; the next "
+                "step goes on from what it did"
+            )
+        os._exit(int(ExitCode.IN_PROGRESS))

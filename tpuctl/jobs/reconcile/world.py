@@ -10,7 +10,7 @@ what it did through `write`, so the journal always says what was sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,8 +97,10 @@ class TpuSlices:
         from tpuctl.cloud import lifecycle
 
         api = self.api.in_zone(zone)
-        # One poll retries briefly: a longer outage is the step's to report (exit 11).
-        return api.with_retry(min(api.retry_total, lifecycle.POLL_RETRY_SECONDS))
+        # One poll retries briefly and silently: an outage is the step's to report, once
+        # every 30 s (api.unavailable), and a scheduler's step exits 11.
+        quiet = replace(api, on_retry=None)
+        return quiet.with_retry(min(api.retry_total, lifecycle.POLL_RETRY_SECONDS))
 
     def look(self, zone: str) -> SliceSeen:
         from tpuctl.cloud import describe
