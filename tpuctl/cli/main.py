@@ -109,6 +109,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "up",
         "Run a spec's job to completion: create, start, watch, recover from preemptions.",
     ),
+    "supervise": (
+        "tpuctl.cli.supervise_commands",
+        "supervise",
+        "Render what runs `tpuctl reconcile` every minute: cron, systemd, Kubernetes, Cloud "
+        "Run, GitHub.",
+    ),
     "drill": (
         "tpuctl.cli.job_commands",
         "drill",
