@@ -221,6 +221,7 @@ def render_cloud_run(
         "cat >\"$variables\" <<'TPUCTL_VARIABLES'",
         _yaml(variables).rstrip("\n"),
         "TPUCTL_VARIABLES",
+        "# shellcheck disable=SC2016  # $TPUCTL_STEP is the task's to expand, not this script's",
         f"gcloud run jobs deploy {unit} {where} \\",
         f"  --image {shlex.quote(options.container_image)} \\",
         "  --command sh --args='-c,eval \"$TPUCTL_STEP\"' \\",
