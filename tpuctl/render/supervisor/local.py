@@ -84,7 +84,7 @@ def _path(options: SupervisorOptions, name: str) -> str:
 
 # -------------------------------------------------------------------------------------- systemd
 
-_SYSTEMD_BARE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+_SYSTEMD_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 
 def systemd_word(word: str, *, in_exec: bool = True) -> str:
