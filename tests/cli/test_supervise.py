@@ -150,14 +150,23 @@ def test_the_crontab_passes_crontab_n(tmp_path: Path, home: Path, every: str) ->
     assert document["every_seconds"] == {"1m": 60, "15s": 15, "5m": 300}[every]
 
 
+def cron_command(document: dict[str, Any]) -> str:
+    """The first line's command as cron hands it to /bin/sh, once the printed install command
+    has put the step script in place."""
+    subprocess.run(["sh", "-c", document["install"][0]], check=True, timeout=60)
+    text = file_of(document, ".cron").read_text()
+    line = next(x for x in text.splitlines() if not x.startswith("#"))
+    assert len(line) <= 1000  # Debian's cron refuses longer commands
+    return crontab_fields(line)[1]
+
+
 def test_the_cron_line_maps_12_to_success_and_never_overlaps(
     tmp_path: Path, home: Path, fake_tpuctl: tuple[Path, Path]
 ) -> None:
     bin_dir, record = fake_tpuctl
     spec = write_spec(tmp_path)
     document = rendered(home, spec, "cron", "--tpuctl", str(bin_dir / "tpuctl"))
-    line = next(x for x in file_of(document, ".cron").read_text().splitlines() if x[0] != "#")
-    _fields, command = crontab_fields(line)
+    command = cron_command(document)
     state = home / ".local" / "state" / "tpuctl" / "supervise"
 
     # As cron runs it: /bin/sh, with cron's bare environment.
@@ -181,18 +190,20 @@ def test_the_cron_line_maps_12_to_success_and_never_overlaps(
     assert len(calls(record)) == 3
 
 
-def test_cron_keeps_a_percent_sign_and_odd_characters_intact(
+def test_cron_keeps_odd_characters_and_the_environment_intact(
     tmp_path: Path, home: Path, fake_tpuctl: tuple[Path, Path]
 ) -> None:
     bin_dir, record = fake_tpuctl
     spec = write_spec(tmp_path)
     odd = "job.env.NOTE=50% of it, 'quoted' \"twice\" $HOME `no`"
-    document = rendered(home, spec, "cron", "--tpuctl", str(bin_dir / "tpuctl"), "--set", odd)
-    line = next(x for x in file_of(document, ".cron").read_text().splitlines() if x[0] != "#")
-    assert "%" not in line.replace("\\%", "")  # cron would cut the command at a bare %
-    _fields, command = crontab_fields(line)
-    env = {"PATH": "/usr/bin:/bin", "FAKE_RECORD": str(record), "FAKE_RC": "12"}
-    assert tool(["/bin/sh", "-c", command], env=env, timeout=60).returncode == 0
+    document = rendered(
+        home, spec, "cron", "--tpuctl", str(bin_dir / "tpuctl"), "--set", odd,
+        "--env", "FAKE_RC=12", "--env", "FAKE_RECORD=" + str(record),
+    )  # fmt: skip
+    command = cron_command(document)
+    assert "%" not in command
+    done = tool(["/bin/sh", "-c", command], env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert done.returncode == 0, done.stderr
     assert calls(record)[0]["argv"] == ["reconcile", str(spec), "--set", odd]
 
 
@@ -554,7 +565,8 @@ def test_printed_files_and_the_commands_on_stderr(tmp_path: Path, home: Path) ->
     )
     quiet = invoke(["--quiet", "supervise", str(spec), "--on", "cron"], {"HOME": str(home)})
     assert quiet.exit_code == 0 and quiet.stderr == ""
-    assert quiet.stdout.startswith("# tpuctl-reconcile-nightly: one `tpuctl reconcile` step")
+    assert quiet.stdout.startswith("# ---- tpuctl-reconcile-nightly.cron ----\n")
+    assert "\n# ---- tpuctl-reconcile-nightly.sh ----\n#!/bin/sh\n" in quiet.stdout
 
 
 def test_the_step_gets_the_project_and_zone_the_spec_lacks(tmp_path: Path, home: Path) -> None:

@@ -254,9 +254,11 @@ def crontab_syntax_errors(text: str, scratch: Path) -> str | None:
     candidate.write_text(text, encoding="utf-8")
     spool = scratch / "spool"
     spool.mkdir(exist_ok=True)
-    script = f"mount --bind {spool} /var/spool/cron/crontabs && crontab -n {candidate}"
+    # By its name in the working directory: crontab keeps only so many characters of a path.
+    script = f"mount --bind {spool} /var/spool/cron/crontabs && crontab -n {candidate.name}"
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        cwd=scratch,
         capture_output=True,
         text=True,
         timeout=60,

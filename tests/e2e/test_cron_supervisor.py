@@ -1,7 +1,8 @@
 """A real cron daemon runs what `tpuctl supervise --on cron` renders: installed with the printed
-command (the real `crontab`), it starts the step at the minute and again 15 s into it, with the
-environment the line carries, appends the step's output to the log, and the printed remove
-command takes it out again. The step here is a recorder standing in for `tpuctl reconcile`
+commands (the step script into the state directory, the lines with the real `crontab`), it
+starts the step at the minute and again 15 s into it, with the environment the script
+carries, appends the step's output to the log, and the printed remove commands take it out
+again. The step here is a recorder standing in for `tpuctl reconcile`
 (passed as --tpuctl): it writes down its arguments and environment and exits 12, in progress."""
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ def test_cron_runs_the_rendered_line_every_15_seconds(tmp_path: Path) -> None:
     )
     assert outcome.exit_code == 0, outcome.stderr
     document = outcome.json()
-    (install,) = document["install"]
-    (remove,) = document["remove"]
-    log = home / ".local" / "state" / "tpuctl" / "supervise" / "tpuctl-reconcile-cronrun.log"
+    state = home / ".local" / "state" / "tpuctl" / "supervise"
+    log = state / "tpuctl-reconcile-cronrun.log"
 
     with CronDaemon(tmp_path / "cron") as cron:
-        cron.run(install)
+        for command in document["install"]:  # the step script into place, then the crontab
+            cron.run(command)
         installed = cron.crontab()
         assert installed.count("# tpuctl-reconcile-cronrun\n") == 4, installed
         # The first firing at the minute, the next 15 s into it (the line sleeps).
@@ -89,8 +90,10 @@ def test_cron_runs_the_rendered_line_every_15_seconds(tmp_path: Path) -> None:
         both = cron.wait_for(
             lambda: records(record)[1:2] and records(record), what="the 15 s step", offset=15
         )
-        cron.run(remove)
+        for command in document["remove"]:
+            cron.run(command)
         assert cron.crontab().strip() == ""
+        assert not (state / "tpuctl-reconcile-cronrun.sh").exists()
 
     assert first[0]["argv"] == ["reconcile", str(spec)]
     for step in both:

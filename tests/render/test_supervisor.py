@@ -146,21 +146,33 @@ def test_systemd_words(word: str, in_exec: bool, written: str) -> None:
     assert systemd_word(word, in_exec=in_exec) == written
 
 
-def test_the_cron_line_escapes_percent_and_keeps_words_whole() -> None:
+def test_the_cron_step_script_keeps_words_whole_and_the_line_short() -> None:
     options = replace(
         BASE,
         reconcile_args=("--set", "job.env.NOTE=50% 'of' it"),
         environment={"PATH": "/usr/bin:/bin", "HOME": "/home/me two"},
+        state_dir="/home/me/.local/state/tpuctl/supervise",
     )
-    text = render_supervisor(options).files[0].content
-    (line,) = [x for x in text.splitlines() if not x.startswith("#")]
-    command = line.split(None, 5)[5]
-    assert "%" not in command.replace("\\%", "")
-    words = shlex.split(command.replace("\\%", "%"), comments=True)
-    assert "HOME=/home/me two" in words
-    assert "job.env.NOTE=50% 'of' it" in words
+    crontab, script = render_supervisor(options).files
+    (line,) = [x for x in crontab.content.splitlines() if not x.startswith("#")]
+    assert line == (
+        "* * * * * cd /home/me/.local/state/tpuctl/supervise && flock -n -E 12 "
+        "tpuctl-reconcile-nightly.lock ./tpuctl-reconcile-nightly.sh "
+        '>>tpuctl-reconcile-nightly.log 2>&1; rc=$?; [ "$rc" = 12 ] && rc=0; exit "$rc" '
+        "# tpuctl-reconcile-nightly"
+    )
+    exports = [x for x in script.content.splitlines() if x.startswith("export ")]
+    assert exports == ["export PATH=/usr/bin:/bin", "export HOME='/home/me two'"]
+    (exec_line,) = [x for x in script.content.splitlines() if x.startswith("exec ")]
+    assert shlex.split(exec_line)[1:] == [
+        "/usr/bin/tpuctl", "reconcile", "/home/me/nightly.yaml", "--set", "job.env.NOTE=50% 'of' it"
+    ]  # fmt: skip
     with pytest.raises(UsageError, match="line break"):
-        render_supervisor(replace(options, reconcile_args=("--set", "a=b\nc")))
+        render_supervisor(replace(options, state_dir="/home/me\nstate"))
+    with pytest.raises(UsageError, match="more than cron takes"):
+        render_supervisor(replace(options, state_dir="/" + "s" * 900))
+    percent = render_supervisor(replace(options, state_dir="/home/50%")).files[0].content
+    assert "cd /home/50\\% &&" in percent  # cron would end the command at a bare %
 
 
 def test_the_local_environment_keeps_what_a_step_needs() -> None:

@@ -1,6 +1,6 @@
-"""The schedulers on this machine: a crontab (with flock, so steps never overlap) and a systemd
-service with its timer. Both run the step as the local user, with the environment chosen for it
-(cron's own is nearly empty)."""
+"""The schedulers on this machine: a crontab (with flock, so steps never overlap) and its step
+script, or a systemd service with its timer. Both run the step as the local user, with the
+environment chosen for it (cron's own is nearly empty)."""
 
 from __future__ import annotations
 
@@ -22,43 +22,62 @@ from tpuctl.render.supervisor.model import (
 # ----------------------------------------------------------------------------------------- cron
 
 
+# Debian's cron refuses a command longer than this (MAX_COMMAND): the step, with its environment
+# and paths, goes into a script beside the lock, and the line stays short.
+CRON_COMMAND_LIMIT = 1000
+
+
 def render_cron(options: SupervisorOptions, schedule: Schedule, argv: Sequence[str]) -> Supervisor:
-    """One crontab line per firing in a minute (one, unless --every is below a minute: cron
-    fires once a minute, so the other lines sleep into it). Each takes a lock with `flock -n`,
-    so a step still running makes the next one skip (as in progress), appends its output to a
-    log file, and maps exit 12 (in progress) to 0."""
+    """A step script (the environment cron lacks, then `exec tpuctl reconcile …`) installed in
+    the state directory, and one crontab line per firing in a minute (one, unless --every is
+    below a minute: cron fires once a minute, so the other lines sleep into it). Each line takes
+    a lock with `flock -n`, so a step still running makes the next one return at once (as in
+    progress), appends the step's output to a log file, and maps exit 12 (in progress) to 0."""
     unit = options.unit
     state = options.state_dir.rstrip("/") or "/"
-    lock = f"{state}/{unit}.lock"
-    log = f"{state}/{unit}.log"
-    env = [f"{key}={value}" for key, value in options.environment.items()]
-    step = shlex.join([*(["env", *env] if env else []), *argv])
+    script, lock, log = f"{unit}.sh", f"{unit}.lock", f"{unit}.log"
     body = (
-        f"mkdir -p {shlex.quote(state)} && flock -n -E {IN_PROGRESS} {shlex.quote(lock)} "
-        f"{step} >>{shlex.quote(log)} 2>&1; rc=$?; "
-        f'[ "$rc" = {IN_PROGRESS} ] && rc=0; exit "$rc"'
+        f"cd {shlex.quote(state)} && flock -n -E {IN_PROGRESS} {lock} ./{script} "
+        f'>>{log} 2>&1; rc=$?; [ "$rc" = {IN_PROGRESS} ] && rc=0; exit "$rc"'
     )
     if "\n" in body:
         raise UsageError(
-            "a crontab line cannot hold a line break (in a path, a --set value or the environment)",
-            hint="remove it, or use --on systemd",
+            f"a crontab line cannot hold a line break (in the state directory {state!r})",
+            hint="set XDG_STATE_HOME to a path without one, or use --on systemd",
         )
     lines = [
         f"{schedule.cron} {f'sleep {offset} && ' if offset else ''}{_cron_escaped(body)} # {unit}"
         for offset in schedule.offsets
     ]
+    too_long = [line for line in lines if len(line) > CRON_COMMAND_LIMIT]
+    if too_long:
+        raise UsageError(
+            f"the crontab line is {len(too_long[0])} characters, more than cron takes "
+            f"({CRON_COMMAND_LIMIT}): the state directory {state} is too long",
+            hint="set XDG_STATE_HOME to a shorter path",
+        )
     every = say_interval(schedule.seconds)
     header = [
-        f"one `tpuctl reconcile` step of run {options.name} every {every}, never two at once "
-        f"(flock); output appended to {log}",
+        f"one `tpuctl reconcile` step of run {options.name} every {every} ({state}/{script}), "
+        f"never two at once (flock); output appended to {state}/{log}",
     ]
     if len(schedule.offsets) > 1:
         header.append("cron fires once a minute: the lines after the first sleep into the minute")
     text = "".join(f"# {unit}: {line}\n" for line in header) + "".join(f"{x}\n" for x in lines)
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in options.environment.items()]
+    step = "\n".join(
+        [
+            "#!/bin/sh",
+            f"# {unit}: the step cron runs for run {options.name} ({unit}.cron), in the",
+            "# environment it was set up in (cron's own is nearly empty).",
+            *exports,
+            f"exec {shlex.join(argv)}",
+        ]
+    )
     name = f"{unit}.cron"
-    path = _path(options, name)
     marker = f"^# {unit}: |# {unit}$"
     keep_others = f"crontab -l 2>/dev/null | grep -v -E {shlex.quote(marker)}"
+    installed = shlex.quote(f"{state}/{script}")
     return Supervisor(
         name=options.name,
         target="cron",
@@ -66,9 +85,13 @@ def render_cron(options: SupervisorOptions, schedule: Schedule, argv: Sequence[s
         every_seconds=schedule.seconds,
         schedule=schedule.cron,
         command=list(argv),
-        files=[SupervisorFile(name, text)],
-        install=[f"({keep_others}; cat {shlex.quote(path)}) | crontab -"],
-        remove=[f"{keep_others} | crontab -"],
+        files=[SupervisorFile(name, text), SupervisorFile(script, step + "\n")],
+        install=[
+            f"mkdir -p {shlex.quote(state)} && cp {shlex.quote(_path(options, script))} "
+            f"{installed} && chmod 755 {installed}",
+            f"({keep_others}; cat {shlex.quote(_path(options, name))}) | crontab -",
+        ],
+        remove=[f"{keep_others} | crontab -", f"rm -f {installed}"],
         notes=list(schedule.notes),
     )
 
