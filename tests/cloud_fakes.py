@@ -1,8 +1,9 @@
 """Local stand-ins for the Google APIs `tpuctl doctor` asks besides the TPU API, each on
 127.0.0.1 and spoken to by the real client library: Service Usage and Cloud Quotas as gRPC
 servers (the libraries' own message types), Cloud Storage's bucket and testIamPermissions
-calls and Compute Engine's project and firewalls as HTTP JSON servers (fake-gcs-server answers
-no testIamPermissions; the emulator's Compute server no firewalls)."""
+calls, Compute Engine's project and firewalls, and the testIamPermissions of Resource Manager
+(projects) and IAM (service accounts) as HTTP JSON servers (fake-gcs-server answers no
+testIamPermissions; the emulator's Compute server no firewalls)."""
 
 from __future__ import annotations
 
@@ -137,13 +138,19 @@ def quota_server(fake: QuotaFake) -> Iterator[str]:
 
 
 Route = Callable[[re.Match[str], dict[str, list[str]]], tuple[int, dict[str, Any]]]
+# A POST handler gets the request's JSON body instead of the query.
+PostRoute = Callable[[re.Match[str], dict[str, Any]], tuple[int, dict[str, Any]]]
 
 
 @contextmanager
-def http_fake(routes: dict[str, Route]) -> Iterator[str]:
-    """An HTTP JSON server: GET paths matched against `routes` (regex → handler giving the
-    status and body); yields `http://127.0.0.1:PORT`."""
+def http_fake(
+    routes: dict[str, Route], post_routes: dict[str, PostRoute] | None = None
+) -> Iterator[str]:
+    """An HTTP JSON server: GET paths matched against `routes`, POST paths against
+    `post_routes` (regex → handler giving the status and body); yields
+    `http://127.0.0.1:PORT`."""
     compiled = [(re.compile(pattern), handler) for pattern, handler in routes.items()]
+    posts = [(re.compile(pattern), handler) for pattern, handler in (post_routes or {}).items()]
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -155,6 +162,22 @@ def http_fake(routes: dict[str, Route]) -> Iterator[str]:
                     break
             else:
                 status, body = 404, {"error": {"code": 404, "message": "Not Found"}}
+            self._answer(status, body)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            request = json.loads(self.rfile.read(length) or b"{}")
+            path = urlsplit(self.path).path
+            for pattern, handler in posts:
+                match = pattern.fullmatch(path)
+                if match is not None:
+                    status, body = handler(match, request)
+                    break
+            else:
+                status, body = 404, {"error": {"code": 404, "message": "Not Found"}}
+            self._answer(status, body)
+
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -239,4 +262,40 @@ def compute_server(fake: ComputeFake) -> Iterator[str]:
         r"/compute/v1/projects/([^/]+)/global/firewalls": fake.firewall_list,
     }
     with http_fake(routes) as url:
+        yield url
+
+
+@dataclass
+class IamFake:
+    """testIamPermissions of projects (Resource Manager) and service accounts (IAM): the
+    permissions granted on each resource, by project id or account email; every ask kept."""
+
+    projects: dict[str, set[str]] = field(default_factory=dict)
+    accounts: dict[str, set[str]] = field(default_factory=dict)
+    asked: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def _answer(self, resource: str, granted: set[str] | None, body: dict[str, Any]) -> Any:
+        asked = [str(permission) for permission in body.get("permissions") or []]
+        self.asked.append((resource, asked))
+        if granted is None:
+            return 403, {"error": {"code": 403, "message": f"no access to {resource}"}}
+        return 200, {"permissions": [p for p in asked if p in granted]}
+
+    def project(self, match: re.Match[str], body: dict[str, Any]) -> Any:
+        name = match.group(1)
+        return self._answer(f"projects/{name}", self.projects.get(name), body)
+
+    def account(self, match: re.Match[str], body: dict[str, Any]) -> Any:
+        email = match.group(1)
+        return self._answer(f"serviceAccounts/{email}", self.accounts.get(email), body)
+
+
+@contextmanager
+def iam_server(fake: IamFake) -> Iterator[str]:
+    """Both APIs on one server (each has its own endpoint variable: point both at it)."""
+    posts: dict[str, PostRoute] = {
+        r"/v1/projects/([^/:]+):testIamPermissions": fake.project,
+        r"/v1/projects/-/serviceAccounts/([^/:]+):testIamPermissions": fake.account,
+    }
+    with http_fake({}, posts) as url:
         yield url

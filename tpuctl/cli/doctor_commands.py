@@ -47,6 +47,14 @@ def no_preflight_option(func: F) -> F:
 @set_option
 @project_zone_options
 @impersonate_option
+@click.option(
+    "--as-supervisor",
+    is_flag=True,
+    default=False,
+    help="Check instead that the account in use (or the impersonated one) may run every "
+    "`tpuctl reconcile` step of the run: TPU permissions on the project, object permissions on "
+    "the checkpoint bucket, actAs on the VMs' service account (testIamPermissions).",
+)
 @output_option
 def doctor(
     *,
@@ -55,6 +63,7 @@ def doctor(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
+    as_supervisor: bool,
 ) -> None:
     """Check, read-only and before any money is spent, what would stop SPEC's run.
 
@@ -67,13 +76,18 @@ def doctor(
     - the checkpoint bucket: exists, in the slices' region, and the VMs' service account
       (tpu.service_account, else the Compute Engine default) can write to it
     - SSH: metadata keys or OS Login, and a firewall rule for tcp:22
+    With --as-supervisor: one line per permission a reconcile step needs and the account
+    lacks, with the role that grants it (docs/supervision.md).
     Exit 0 when nothing blocks the run, else 2 with the first blocking check's fix on stderr.
     """
-    from tpuctl.jobs.doctor import run_doctor
+    from tpuctl.jobs.doctor import run_doctor, run_supervisor_doctor
 
     app = app_context()
     spec = load_spec_warned(app, spec_path, overrides)
     location = resolve_location_for(project, zone, spec)
+    if as_supervisor:
+        emit(run_supervisor_doctor(spec, location, impersonate=impersonate), doctor_view)
+        return
     result = run_doctor(
         spec, location, lambda: connect_api(location, impersonate), impersonate=impersonate
     )

@@ -114,6 +114,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "reconcile",
         "One supervision step of a run (for cron, a systemd timer, a CronJob…): act once, exit.",
     ),
+    "supervise": (
+        "tpuctl.cli.supervise_commands",
+        "supervise",
+        "Render what runs `tpuctl reconcile` every minute: cron, systemd, Kubernetes, Cloud "
+        "Run, GitHub.",
+    ),
     "drill": (
         "tpuctl.cli.job_commands",
         "drill",

@@ -20,9 +20,16 @@ R = TypeVar("R", bound=Result)
 View = Callable[[R, Style], str]
 
 
-def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = False) -> None:
+def emit(
+    result: R,
+    view: View[R] | None = None,
+    *,
+    people_on_stderr: bool = False,
+    verbatim: bool = False,
+) -> None:
     """Print `result` (table, wide, json or yaml) and end the command with its exit code.
-    `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output)."""
+    `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output).
+    `verbatim`: the view is a file's text, never wrapped to the terminal."""
     app = app_context()
     if app.output == "json":
         write(to_json(envelope(result)) + "\n")
@@ -31,7 +38,7 @@ def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = Fal
     elif view is not None:
         style = app.style()
         text = view(result, style)
-        if style.width is not None:
+        if style.width is not None and not verbatim:
             text = fit_lines(text, style.width)
         if people_on_stderr:
             sys.stderr.write(text)

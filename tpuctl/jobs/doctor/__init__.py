@@ -8,11 +8,15 @@ whether a firewall rule lets it in (Compute Engine). Independent reads run side 
 
 `create` and `up` run the PREFLIGHT subset (TPU API and bucket) first. A check that cannot be
 read is a warning, never a block: only a definite answer blocks.
+
+`--as-supervisor` checks instead that the account a scheduler runs `tpuctl reconcile` as holds
+every permission a step uses (tpuctl.jobs.doctor.supervisor).
 """
 
 from tpuctl.jobs.doctor.access import firewall_check, ssh_check
 from tpuctl.jobs.doctor.checks import Check, Inputs, PreflightError
 from tpuctl.jobs.doctor.run import Doctor, run_doctor
+from tpuctl.jobs.doctor.supervisor import run_supervisor_doctor
 
 __all__ = [
     "Check",
@@ -21,5 +25,6 @@ __all__ = [
     "PreflightError",
     "firewall_check",
     "run_doctor",
+    "run_supervisor_doctor",
     "ssh_check",
 ]

@@ -1,0 +1,105 @@
+"""A real cron daemon runs what `tpuctl supervise --on cron` renders: installed with the printed
+commands (the step script into the state directory, the lines with the real `crontab`), it
+starts the step at the minute and again 15 s into it, with the environment the script
+carries, appends the step's output to the log, and the printed remove commands take it out
+again. The step here is a recorder standing in for `tpuctl reconcile`
+(passed as --tpuctl): it writes down its arguments and environment and exits 12, in progress."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cron import CronDaemon, skip_reason
+from tests.support import invoke
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or ""),
+]
+
+RECORDER = """#!/bin/sh
+# Stands in for tpuctl: one JSON line per call (the environment as this shell got it), then
+# "in progress".
+python3 - "$HOME" "${{SUPERVISE_MARK:-}}" "$PATH" "$@" <<'PY' >>"{record}"
+import json, sys
+home, mark, path, *argv = sys.argv[1:]
+print(json.dumps({{"argv": argv, "home": home, "mark": mark, "path": path}}))
+PY
+echo "step output from the recorder"
+exit 12
+"""
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def test_cron_runs_the_rendered_line_every_15_seconds(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    record = tmp_path / "record.jsonl"
+    recorder = tmp_path / "recorder.sh"
+    recorder.write_text(RECORDER.format(record=record), encoding="utf-8")
+    recorder.chmod(0o755)
+    spec = tmp_path / "cronrun.yaml"
+    spec.write_text(
+        "apiVersion: tpuctl/v1\nname: cronrun\nproject: my-project\nzone: us-central2-b\n"
+        "tpu:\n  accelerator: v4-8\n  runtime: tpu-ubuntu2204-base\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    env = {"HOME": str(home), "XDG_STATE_HOME": None, "PATH": os.environ["PATH"]}
+    outcome = invoke(
+        [
+            "supervise",
+            str(spec),
+            "--on",
+            "cron",
+            "--every",
+            "15s",
+            "--tpuctl",
+            str(recorder),
+            "--env",
+            "SUPERVISE_MARK=from-the-line",
+            "--output-dir",
+            str(out),
+            "--format",
+            "json",
+        ],
+        env,
+    )
+    assert outcome.exit_code == 0, outcome.stderr
+    document = outcome.json()
+    state = home / ".local" / "state" / "tpuctl" / "supervise"
+    log = state / "tpuctl-reconcile-cronrun.log"
+
+    with CronDaemon(tmp_path / "cron") as cron:
+        for command in document["install"]:  # the step script into place, then the crontab
+            cron.run(command)
+        installed = cron.crontab()
+        assert installed.count("# tpuctl-reconcile-cronrun\n") == 4, installed
+        # The first firing at the minute, the next 15 s into it (the line sleeps).
+        first = cron.wait_for(lambda: records(record)[:1], what="the first step", firings=1)
+        both = cron.wait_for(
+            lambda: records(record)[1:2] and records(record), what="the 15 s step", offset=15
+        )
+        for command in document["remove"]:
+            cron.run(command)
+        assert cron.crontab().strip() == ""
+        assert not (state / "tpuctl-reconcile-cronrun.sh").exists()
+
+    assert first[0]["argv"] == ["reconcile", str(spec)]
+    for step in both:
+        assert step["argv"] == ["reconcile", str(spec)]
+        assert step["mark"] == "from-the-line"
+        # cron's own HOME is root's and its PATH /usr/bin:/bin: the line carries this one's.
+        assert step["home"] == str(home)
+        assert step["path"] == os.environ["PATH"]
+    assert log.read_text(encoding="utf-8").count("step output from the recorder\n") >= 2
