@@ -41,6 +41,32 @@ def test_version(spawn: Spawn) -> None:
     assert done.stdout.strip() == f"tpuctl, version {__version__}"
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--format", "json", "--version"], {}),
+        (["--version", "--format", "json"], {}),
+        (["--version"], {"TPUCTL_FORMAT": "json"}),
+    ],
+)
+def test_version_is_one_json_document_when_asked(
+    spawn: Spawn, args: list[str], env: dict[str, str]
+) -> None:
+    done = spawn(args, env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert (document["kind"], document["version"]) == ("Version", __version__)
+    assert done.stderr == ""
+
+
+def test_version_as_yaml(spawn: Spawn) -> None:
+    import yaml
+
+    done = spawn(["--format", "yaml", "--version"])
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["version"] == __version__
+
+
 def test_help_lists_every_command(spawn: Spawn) -> None:
     from tpuctl.cli.main import COMMANDS
 
