@@ -44,12 +44,29 @@ def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
 def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--", _fail_on(qr, 1, 1, 7))
     assert out.exit_code == 3, out.stderr
-    row = next(line for line in out.stdout.splitlines() if line.startswith("1/1 "))
+    row = next(line for line in out.stderr.splitlines() if line.startswith("1/1 "))
     assert "FAILED" in row and " 7 " in row
     assert "1/1" in out.stderr  # the error line names the worker
     healthy = by_label(tpuctl("ssh", qr.name, "--format", "json", "--", _fail_on(qr, 1, 1, 7)))
     assert healthy["1/1"]["exit_code"] == 7 and healthy["1/1"]["stderr_tail"] == "boom"
     assert all(healthy[label]["status"] == "ok" for label in qr.labels() if label != "1/1")
+
+
+def test_a_script_gets_the_workers_output_alone_on_stdout(tpuctl: Project, qr: QR) -> None:
+    """`out=$(tpuctl ssh NAME -- hostname)`: the output lines, not a table after them; the table
+    is for people, on stderr. With the output in files, stdout has nothing else: the table."""
+    out = tpuctl("ssh", qr.name, "--", "echo $TPUCTL_EMULATED_WORKER")
+    assert out.exit_code == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == sorted(
+        f"[{s}/{w}] {node}/{w}" for s, node in enumerate(qr.node_ids) for w in range(2)
+    )
+    assert "WORKER  STATUS" in out.stderr and "4 workers: 4 ok" in out.stderr
+
+    to_files = tpuctl("ssh", qr.name, "--output-dir", str(tpuctl.home / "o"), "--", "true")
+    assert to_files.exit_code == 0, to_files.stderr
+    assert to_files.stdout.splitlines()[0].startswith("WORKER  STATUS")
+    as_json = tpuctl("ssh", qr.name, "--format", "json", "--", "echo x")
+    assert as_json.json()["summary"]["ok"] == 4  # one document, nothing else on stdout
 
 
 def test_selectors_pick_slices_and_workers(tpuctl: Project, qr: QR) -> None:

@@ -84,3 +84,18 @@ def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Project, qr: QR, tmp_path:
     assert 'GREETING=it\'s "quoted" $HOME `x` in ' in log.read_text()
     assert log.read_text().strip().endswith("/job")
     assert not pid_alive(holder.pid)
+
+
+def test_run_follows_the_log_on_stdout_and_puts_its_table_on_stderr(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    spec = tmp_path / "short.yaml"
+    spec.write_text(
+        f"apiVersion: tpuctl/v1\nname: {qr.name}\n"
+        "tpu:\n  accelerator: v4-16\n  runtime: tpu-ubuntu2204-base\n  slices: 2\n"
+        "job:\n  user: tester\n  command: echo short job ran; sleep 1\n"
+    )
+    out = tpuctl("run", str(spec))
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.splitlines() == ["[0/0] short job ran"], (out.stdout, out.stderr)
+    assert "WORKER  STATUS" in out.stderr

@@ -36,16 +36,23 @@ if TYPE_CHECKING:
     from tpuctl.fanout.results import FanoutResult
 
 
-def _finish(app: AppContext, result: FanoutResult, *, quiet_when_ok: bool = False) -> None:
+def _finish(
+    app: AppContext,
+    result: FanoutResult,
+    *,
+    quiet_when_ok: bool = False,
+    output_on_stdout: bool = False,
+) -> None:
     """Print the result; name the workers still running at an interrupt; exit with its code.
-    `quiet_when_ok` (logs): stdout is the logs alone; the table goes to stderr, and only when
-    a worker was not ok."""
+    `output_on_stdout`: the workers' own output went to stdout, which stays theirs alone (a
+    script's `$(tpuctl ssh …)`): the table goes to stderr. `quiet_when_ok` (logs): stdout is
+    the logs alone; the table goes to stderr, and only when a worker was not ok."""
     if result.interrupted and not result.interrupt_expected:
         running = [r.target.label for r in result if r.started and r.status == "interrupted"]
         if running:
             app.warn(f"interrupted while still running on: {', '.join(running)}")
     if not quiet_when_ok:
-        emit(result, fanout_view)
+        emit(result, fanout_view, people_on_stderr=output_on_stdout)
     elif all(worker.ok for worker in result) or (result.interrupt_expected and result.interrupted):
         emit(result, lambda _result, _style: "", people_on_stderr=True)
     else:
@@ -91,8 +98,9 @@ def ssh(
 
     One argument after `--` is a shell command line, run as written (`'make && ./train'`);
     several are an argv, each word quoted so it arrives as given (`-- python3 -c 'print(1)'`).
-    Output is streamed as `[slice/worker] line`, then a table of every worker's exit code,
-    duration and status. --detach starts COMMAND in its own session on every worker (see ps,
+    Output is streamed as `[slice/worker] line` on stdout, then a table of every worker's exit
+    code, duration and status on stderr (on stdout with --output-dir, where stdout has
+    nothing else). --detach starts COMMAND in its own session on every worker (see ps,
     logs, stop).
 
     Stdin: COMMAND reads EOF at once, so nothing waits for input; with --stdin it reads the
@@ -140,7 +148,7 @@ def ssh(
     finally:
         if files is not None:
             files.close()
-    _finish(app, result)
+    _finish(app, result, output_on_stdout=isinstance(sink, PrefixedOutput))
 
 
 def _check_forwarding(command: str, detach: bool, terminal: bool) -> None:
@@ -442,15 +450,17 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
         on_event=FanoutProgress(app, "run", len(fleet.targets)),  # retry notes; steps are lines
     )
     result = job.result
+    followed = False
     if job.run_id is not None:
         app.info(f"run {job.run_id} started on {len(result.succeeded)}/{len(result)} workers")
     if follow and not app.machine_output and job.run_id and not result.exit_code:
         first = fleet.only(fleet.targets[:1])
         app.info(f"following {first.targets[0].label}'s log (Ctrl-C stops following)")
-        followed = operations.run_logs(
+        following = operations.run_logs(
             first, job.run_id, lines=50, follow=True, on_output=PrefixedOutput()
         )
-        if followed.interrupted:
+        followed = True
+        if following.interrupted:
             stop = shlex.join(["tpuctl", "stop", spec.name, "--run", job.run_id])
             app.info(f"stopped following; the job keeps running ({stop})")
-    _finish(app, result)
+    _finish(app, result, output_on_stdout=followed)
