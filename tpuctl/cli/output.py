@@ -12,7 +12,7 @@ import click
 
 from tpuctl.cli.context import app_context
 from tpuctl.cli.format import Style
-from tpuctl.cli.views.table import fit_lines
+from tpuctl.cli.views.table import fit_lines, terminal_safe
 from tpuctl.envelope import Result, envelope, error_envelope, jsonable, to_json
 from tpuctl.errors import ExitCode, TpuctlError
 
@@ -20,9 +20,17 @@ R = TypeVar("R", bound=Result)
 View = Callable[[R, Style], str]
 
 
-def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = False) -> None:
+def emit(
+    result: R,
+    view: View[R] | None = None,
+    *,
+    people_on_stderr: bool = False,
+    exact: bool = False,
+) -> None:
     """Print `result` (table, wide, json or yaml) and end the command with its exit code.
-    `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output)."""
+    `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output).
+    The view's text is made safe for a terminal (control characters escaped) and its prose
+    wrapped to the terminal's width, unless `exact` (a script or command line to copy)."""
     app = app_context()
     if app.output == "json":
         write(to_json(envelope(result)) + "\n")
@@ -31,8 +39,10 @@ def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = Fal
     elif view is not None:
         style = app.style()
         text = view(result, style)
-        if style.width is not None:
-            text = fit_lines(text, style.width)
+        if not exact:
+            text = terminal_safe(text)
+            if style.width is not None:
+                text = fit_lines(text, style.width)
         if people_on_stderr:
             sys.stderr.write(text)
             sys.stderr.flush()
@@ -42,7 +52,7 @@ def emit(result: R, view: View[R] | None = None, *, people_on_stderr: bool = Fal
     if code != ExitCode.OK:
         error = result.exit_error()
         if error is not None:
-            sys.stderr.write(f"error: {error.one_line()}\n")
+            sys.stderr.write(f"error: {terminal_safe(error.one_line())}\n")
             sys.stderr.flush()
         # The result is already on stdout (one document with --format json): exit with the
         # code, without a second, error-shaped document.
@@ -55,7 +65,7 @@ def emit_error(error: TpuctlError, *, machine: str | None) -> None:
         write(to_json(error_envelope(error)) + "\n")
     elif machine == "yaml":
         write(to_yaml(error_envelope(error)))
-    sys.stderr.write(f"error: {error.one_line()}\n")
+    sys.stderr.write(f"error: {terminal_safe(error.one_line())}\n")
     sys.stderr.flush()
 
 

@@ -11,15 +11,15 @@ from tpuctl.storage.checkpoints import CheckpointReport
 
 TIMELINE_COLUMNS = (
     Column("PHASE"),
-    Column("ZONE"),
-    Column("FROM"),
-    Column("TO"),
+    Column("ZONE", drop=3),
+    Column("FROM", drop=1),
+    Column("TO", drop=2),
     Column("DURATION"),
 )
 DISRUPTION_COLUMNS = (
     Column("DISRUPTION"),
-    Column("DETECTED"),
-    Column("RUNNING AGAIN"),
+    Column("DETECTED", drop=2),
+    Column("RUNNING AGAIN", drop=1),
     Column("RECOVERY", align="right"),
     Column("RECOMPUTED", align="right"),
 )
@@ -28,9 +28,9 @@ CHECKPOINT_COLUMNS = (
     Column("STEP", identity=True, align="right"),
     Column("NAME", identity=True),
     Column("COMPLETE"),
-    Column("COMMITTED"),
-    Column("SAVE", align="right"),
-    Column("NOTES"),
+    Column("COMMITTED", drop=1),
+    Column("SAVE", align="right", drop=2),
+    Column("NOTES", shrink=True),
 )
 
 
