@@ -218,4 +218,4 @@ def test_up_without_a_resume_hint_quotes_the_spec_path() -> None:
 
 
 def test_the_logs_hint_is_quoted() -> None:
-    assert logs_command("my job") == "tpuctl logs 'my job'"
+    assert logs_command("my job") == "tpuctl logs 'my job' --job"

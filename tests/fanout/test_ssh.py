@@ -139,7 +139,7 @@ def test_fanout_documents_match_the_contract(tpuctl: Project, qr: QR, tmp_path: 
     started = run("ps", "ssh", "--detach", "--", "sleep 30")
     assert started["operation"] == "detach" and started["run"]
     assert run("ps", "ps")["operation"] == "ps"
-    assert run("ssh", "logs", "-n", "1")["operation"] == "logs"
+    assert run("logs", "logs", "-n", "1")["operation"] == "logs"
     assert run("ps", "stop", "--grace", "1")["operation"] == "stop"
     source = tmp_path / "src"
     source.mkdir()

@@ -26,7 +26,7 @@ from tpuctl.cli.options import (
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import FanoutProgress
 from tpuctl.cli.reach import reach, selector_options, ssh_options
-from tpuctl.cli.streams import OutputFiles, PrefixedOutput
+from tpuctl.cli.streams import LogCollector, OutputFiles, PrefixedOutput
 from tpuctl.cli.views.fanout import fanout_view
 from tpuctl.errors import UsageError
 
@@ -246,16 +246,16 @@ def ps(
     "startup_job",
     is_flag=True,
     default=False,
-    help="The startup-script job's log instead of a detached run's; the run name comes from "
-    "SPEC, or from NAME's tpuctl-run label.",
+    help="The startup-script job's log instead of a detached run's (with or without --all); "
+    "the run name comes from SPEC, or from NAME's tpuctl-run label.",
 )
 @click.option(
     "--all",
     "whole",
     is_flag=True,
     default=False,
-    help="Gather the whole log of every selected worker (the job's, unless --run names a "
-    "detached run) instead of its last lines.",
+    help="Gather the whole log of every selected worker instead of its last lines: the same "
+    "log as without it (the latest detached run, --run's, or the job's with --job).",
 )
 @click.option(
     "--output-dir",
@@ -278,8 +278,14 @@ def logs(
     worker: str | None,
     **values: Any,
 ) -> None:
-    """The last lines of a detached run's log (or the job's, --job) on every worker, prefixed;
-    --follow them, or gather every worker's whole log with --all (to --output-dir)."""
+    """The last lines of a detached run's log on every worker, prefixed: the latest run, the
+    one --run names, or with --job the startup-script job's log; --follow them, or gather
+    every worker's whole log with --all (to --output-dir). A worker with no detached run
+    fails, saying so: the job's log is --job's.
+
+    With --format json each worker's `detail` holds the log read, whole (up to 64 MiB a
+    worker, then its end and how much was left out), and its exact bytes in base64 when they
+    are not UTF-8."""
     from tpuctl.fanout import operations
     from tpuctl.jobs import control
 
@@ -290,11 +296,12 @@ def logs(
         raise UsageError("--all gathers whole logs, --follow follows them: choose one")
     reached = reach(app, target, values, node=node, worker=worker)
     files = OutputFiles(output_dir, naming=OutputFiles.log_name) if output_dir else None
-    sink: Any = files or (None if app.machine_output else PrefixedOutput())
+    collected = LogCollector() if app.machine_output and files is None else None
+    sink: Any = files or collected or PrefixedOutput()
     wanted = None if whole else lines
-    raw = files is not None  # files hold the bytes as sent
+    raw = files is not None or collected is not None  # files and the JSON: the bytes as sent
     try:
-        if startup_job or (whole and run_id is None):
+        if startup_job:
             run_name = control.resolve_run_name(
                 reached.api, reached.target.name, reached.target.spec
             )
@@ -310,6 +317,9 @@ def logs(
             files.close()
     if files is not None:
         app.info(f"wrote {len(files.written)} logs into {output_dir}")
+    if collected is not None:
+        for worker_result in result:
+            worker_result.detail = collected.log(worker_result.target)
     result.interrupt_expected = follow  # Ctrl-C is how one stops following
     _finish(app, result, quiet_when_ok=True)
 

@@ -81,7 +81,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Run a command on every worker of every slice (or a shell on one).",
     ),
     "ps": ("tpuctl.cli.fanout_commands", "ps", "Status of detached runs on every worker."),
-    "logs": ("tpuctl.cli.fanout_commands", "logs", "Tail (or follow) the logs of a detached run."),
+    "logs": (
+        "tpuctl.cli.fanout_commands",
+        "logs",
+        "Tail, follow or gather a detached run's log on every worker (the job's with --job).",
+    ),
     "stop": (
         "tpuctl.cli.fanout_commands",
         "stop",

@@ -123,16 +123,19 @@ def start_script(run_id: str, command: str, *, workdir: str | None = None) -> st
     )
 
 
-def _resolve_run(run_id: str | None, *, pid: bool = True) -> str:
+_NO_RUN = 'echo "state=none run=$id"; exit 0'
+
+
+def _resolve_run(run_id: str | None, *, pid: bool = True, none: str = _NO_RUN) -> str:
     """POSIX sh: `$R` (the runs), `$id` (the run: `run_id`, else the latest), `$d` (its
-    directory) and, with `pid`, `$pid`; exits after `state=none run=…` when there is no such
-    run. Files are read by the read builtin (stderr redirected first: a missing file is no
-    error), not `$(cat …)`, a process each."""
+    directory) and, with `pid`, `$pid`; runs `none` (by default: exits after `state=none
+    run=…`) when there is no such run. Files are read by the read builtin (stderr redirected
+    first: a missing file is no error), not `$(cat …)`, a process each."""
     latest = '""; read -r id 2>/dev/null <"$R/latest"'
     chosen = shlex.quote(check_run_id(run_id)) if run_id else latest
     return (
         f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
-        'if [ -z "$id" ] || [ ! -d "$d" ]; then echo "state=none run=$id"; exit 0; fi; '
+        f'if [ -z "$id" ] || [ ! -d "$d" ]; then {none}; fi; '
         + ('pid=""; read -r pid 2>/dev/null <"$d/pid"; ' if pid else "")
     )
 
@@ -172,9 +175,13 @@ def status_script(run_id: str | None) -> str:
 
 def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
     """The last `lines` of the run's log (None: all of it); with `follow`, until the run's
-    process ends."""
+    process ends. No such run is a failure saying so on stderr: stdout is the log alone."""
+    missing = (
+        'if [ -n "$id" ]; then echo "no detached run $id here" >&2; '
+        'else echo "no detached run here (--job reads the startup job\'s log)" >&2; fi; exit 1'
+    )
     return (
-        _resolve_run(run_id, pid=follow)
+        _resolve_run(run_id, pid=follow, none=missing)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
         + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )

@@ -453,4 +453,4 @@ def _advanced(latest: int | None, earlier: int | None) -> bool:
 
 def logs_command(name: str) -> str:
     """The `tpuctl logs` line a person runs to read the job's logs (shell-quoted)."""
-    return shlex.join(["tpuctl", "logs", name])
+    return shlex.join(["tpuctl", "logs", name, "--job"])
