@@ -35,6 +35,16 @@ def test_json_result_has_one_entry_per_worker(tpuctl: Project, qr: QR) -> None:
     assert data["summary"]["ok"] == len(qr.labels()) and data["summary"]["exit_code"] == 0
 
 
+def test_json_says_how_much_output_its_tails_leave_out(tpuctl: Project, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--format", "json", "--",
+                 "seq 1 100; echo warned >&2")  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    worker = out.json()["workers"][0]
+    assert worker["stdout_tail"].splitlines() == [str(i) for i in range(81, 101)]
+    written = len("".join(f"{i}\n" for i in range(1, 101)))
+    assert (worker["stdout_bytes"], worker["stderr_bytes"]) == (written, len("warned\n"))
+
+
 def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
     marker = f"{qr.node_ids[slice_index]}/{worker}"
     test = f'[ "$TPUCTL_EMULATED_WORKER" = {marker} ]'
