@@ -239,6 +239,35 @@ def test_download_all_fails_only_the_worker_without_the_file(
     assert (tmp_path / "one" / "results" / "m.json").read_text() == '{"w": "0/0"}\n'
 
 
+def test_download_says_each_workers_reason_and_no_empty_summary(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    missing = tpuctl("download", qr.name, "no-such-results", str(tmp_path / "none"))
+    assert missing.exit_code == 3
+    assert "downloaded" not in missing.stderr  # not "downloaded 0 entries", before the reason
+    row = next(line for line in missing.stdout.splitlines() if line.startswith("0/0 "))
+    assert "no-such-results: no such file or directory" in row, row
+    assert "exited with" not in row  # the exit code has its column; the reason is the note
+
+    (qr.home(0, 1) / "some.txt").write_text("here\n")
+    some = tpuctl("download", qr.name, "some.txt", str(tmp_path / "some"), "--all")
+    assert some.exit_code == 3
+    assert "downloaded 1 entries from 1 of 4 workers into" in some.stderr, some.stderr
+    failed = [line for line in some.stdout.splitlines() if " FAILED " in line]
+    assert len(failed) == 3 and all("no such file or directory" in line for line in failed)
+
+
+def test_a_failed_commands_note_is_its_last_words_not_its_exit_code(
+    tpuctl: Project, qr: QR
+) -> None:
+    files = str(tpuctl.home / "o")
+    command = "echo working; echo 'disk full' >&2; exit 7"
+    one = ("--node", "0", "--worker", "0")
+    out = tpuctl("ssh", qr.name, *one, "--output-dir", files, "--", command)
+    row = next(line for line in out.stdout.splitlines() if line.startswith("0/0 "))
+    assert row.split()[1:3] == ["FAILED", "7"] and row.endswith("disk full"), row
+
+
 def test_ps_shows_the_run_not_the_status_file(tpuctl: Project, qr: QR) -> None:
     started = tpuctl("ssh", qr.name, "--detach", "--", "echo first; echo 'last words'; sleep 30")
     assert started.exit_code == 0, started.stderr

@@ -420,8 +420,11 @@ def download(
             on_event=progress,
             on_bytes=progress.add_bytes,
         )
-    if result.transfer is not None and result.transfer.files is not None:
-        app.info(f"downloaded {result.transfer.files} entries into {local_dir}")
+    got = len(result.succeeded)
+    if result.transfer is not None and result.transfer.files is not None and got:
+        # Only when something came: the table says why a worker gave nothing.
+        workers = f" from {got} of {len(result)} workers" if got < len(result) else ""
+        app.info(f"downloaded {result.transfer.files} entries{workers} into {local_dir}")
     _finish(app, result)
 
 

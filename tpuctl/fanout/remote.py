@@ -297,13 +297,20 @@ def upload_script(remote_dir: str, sha256: str) -> str:
 
 
 def download_script(remote: str) -> str:
-    """A tar.gz of one file or directory on stdout (its last path component at the top)."""
+    """A tar.gz of one file or directory on stdout (its last path component at the top); a
+    path that is not there fails with `REMOTE: no such file or directory` on stderr (tar's own
+    last words would be only that it exited with a failure)."""
     stripped = remote.rstrip("/") or "/"
     parent, _, name = stripped.rpartition("/")
     if not name:
         raise UsageError(f"cannot download {remote!r}: name a file or directory")
     base = remote_path(parent or ("/" if stripped.startswith("/") else "."))
-    return f"tar -czf - -C {base} -- {shlex.quote(name)}"
+    word = shlex.quote(name)
+    missing = shlex.quote(f"{remote}: no such file or directory")
+    return (
+        f"cd {base} 2>/dev/null && {{ [ -e {word} ] || [ -L {word} ]; }} "
+        f"|| {{ echo {missing} >&2; exit 1; }}; tar -czf - -- {word}"
+    )
 
 
 # -------------------------------------------------------------------------------- TPU reset

@@ -203,7 +203,12 @@ def _probe_state(worker: WorkerResult) -> str:
 
 
 def _note(worker: WorkerResult) -> str:
-    return worker.error or _last_line(worker.stderr.bytes()) or _last_line(worker.stdout.bytes())
+    """Why a worker is not ok, or its last words: for a command that exited non-zero (its
+    code has a column) what it last said, on stderr first."""
+    said = _last_line(worker.stderr.bytes()) or _last_line(worker.stdout.bytes())
+    if worker.status == "failed" and worker.error == f"exited with {worker.exit_code}":
+        return said or worker.error
+    return worker.error or said
 
 
 def _last_line(data: bytes) -> str:
