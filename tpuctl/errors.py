@@ -113,6 +113,33 @@ class SpecError(TpuctlError):
         return f"{prefix}{field}{super().one_line()}"
 
 
+class SpecErrors(SpecError):
+    """Several mistakes in one spec, in file order, each a SpecError of its own: a person
+    fixes them in one go, not one run of validate at a time."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        first = errors[0]
+        self.source = first.location.file if first.location else "the spec"
+        super().__init__(
+            f"{len(errors)} mistakes in {self.source}", location=first.location, path=first.path
+        )
+        self.errors = list(errors)
+
+    def one_line(self) -> str:
+        """The count, then each mistake on a line of its own (file:line:col: path: …)."""
+        lines = [f"{self.source}: {len(self.errors)} mistakes"]
+        return "\n".join(lines + [f"  {error.one_line()}" for error in self.errors])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The first mistake's file, line, column and path, and `errors`: every mistake."""
+        body = super().to_dict()
+        body["errors"] = [
+            {k: v for k, v in error.to_dict().items() if k not in ("kind", "exit_code")}
+            for error in self.errors
+        ]
+        return body
+
+
 class NotFoundError(TpuctlError):
     exit_code = ExitCode.NOT_FOUND
     kind = "not_found"
