@@ -186,3 +186,26 @@ class UnreachableError(TpuctlError):
 class Interrupted(TpuctlError):
     exit_code = ExitCode.INTERRUPTED
     kind = "interrupted"
+
+
+def quoted(value: object) -> str:
+    """A value as a message shows it: a string in single quotes (double when it holds one),
+    as written (a backslash stays one: a regular expression or a path reads as typed, where
+    Python's repr doubles it), only characters a terminal would act on escaped; anything else
+    as its text (`none` for None)."""
+    if not isinstance(value, str):
+        return "none" if value is None else str(value)
+    mark = '"' if "'" in value and '"' not in value else "'"
+    return mark + "".join(_shown(ch) for ch in value) + mark
+
+
+def _shown(ch: str) -> str:
+    if ch.isprintable():
+        return ch
+    code = ord(ch)
+    named = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    if ch in named:
+        return named[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

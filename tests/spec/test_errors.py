@@ -740,3 +740,14 @@ def test_one_mistake_is_reported_as_before() -> None:
         load_spec_text(HEAD + "capacity:\n  teir: spot\n")
     assert not isinstance(info.value, SpecErrors)
     assert info.value.path == "capacity.teir"
+
+
+def test_a_value_is_quoted_as_written_not_as_python_writes_it() -> None:
+    """A backslash stays one backslash (Python's repr doubles it), and a quote inside picks the
+    other quotes: copying the value out of the message gives what the file holds."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text(HEAD + "capacity:\n  tier: 'C:\\spot'\n")
+    assert info.value.message.startswith("'C:\\spot' is not a valid tier;"), info.value.message
+    with pytest.raises(SpecError) as info:
+        load_spec_text(HEAD + 'capacity:\n  tier: "it\'s spot"\n')
+    assert info.value.message.startswith('"it\'s spot" is not a valid tier;'), info.value.message

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from tpuctl.errors import UsageError
+from tpuctl.errors import UsageError, quoted
 
 RUNS_DIR = "$HOME/.tpuctl/runs"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
@@ -33,7 +33,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     if not _RUN_ID.match(run_id) or run_id == "latest":
-        raise UsageError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+        raise UsageError(f"{quoted(run_id)} is not a run id (letters, digits, '.', '_', '-')")
     return run_id
 
 
@@ -46,7 +46,7 @@ def remote_path(path: str) -> str:
         rest = path[2:]
         return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
     if path.startswith("~"):
-        raise UsageError(f"{path!r}: only ~ and ~/… are understood, not ~user")
+        raise UsageError(f"{quoted(path)}: only ~ and ~/… are understood, not ~user")
     if path.startswith("/"):
         return '"${TPUCTL_VM_ROOT:-}"' + shlex.quote(path)
     return shlex.quote(path)
@@ -57,7 +57,7 @@ def env_exports(env: Mapping[str, str]) -> str:
     parts = []
     for name, value in env.items():
         if not _ENV_NAME.match(name):
-            raise UsageError(f"{name!r} is not a valid environment variable name")
+            raise UsageError(f"{quoted(name)} is not a valid environment variable name")
         if "\0" in value:
             raise UsageError(f"the value of {name} contains a NUL character")
         parts.append(f"export {name}={shlex.quote(value)}; ")
@@ -303,7 +303,7 @@ def download_script(remote: str) -> str:
     stripped = remote.rstrip("/") or "/"
     parent, _, name = stripped.rpartition("/")
     if not name:
-        raise UsageError(f"cannot download {remote!r}: name a file or directory")
+        raise UsageError(f"cannot download {quoted(remote)}: name a file or directory")
     base = remote_path(parent or ("/" if stripped.startswith("/") else "."))
     word = shlex.quote(name)
     missing = shlex.quote(f"{remote}: no such file or directory")

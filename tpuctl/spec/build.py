@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tpuctl.clock import format_duration, rfc3339
-from tpuctl.errors import SpecError
+from tpuctl.errors import SpecError, quoted
 from tpuctl.spec.check import Checker
 from tpuctl.spec.command import CommandShape, analyse, command_line, given_flags
 from tpuctl.spec.fields import field_at
@@ -467,7 +467,7 @@ class Builder:
         if "://" in code:
             if not code.startswith("gs://"):
                 raise self.error(
-                    f"unsupported code location {code!r}",
+                    f"unsupported code location {quoted(code)}",
                     "job.code",
                     "give a local directory or file, or gs://bucket/path/code.tar.gz",
                 )

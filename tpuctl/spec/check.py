@@ -11,7 +11,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from tpuctl.clock import DURATION_HINT
-from tpuctl.errors import SpecError, SpecErrors
+from tpuctl.errors import SpecError, SpecErrors, quoted
 from tpuctl.spec.durations import TIME_BOUND_HINT, parse_duration, parse_time_bound
 from tpuctl.spec.fields import ROOT, Field
 from tpuctl.spec.yamlsource import Document, join_path, other_base_integer
@@ -28,7 +28,7 @@ def describe_value(value: object) -> str:
         return f"a number ({value})"
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({shown!r})"
+        return f"a string ({quoted(shown)})"
     if isinstance(value, (datetime, date)):
         return f"a timestamp ({value.isoformat()})"
     if isinstance(value, list):
@@ -101,7 +101,9 @@ class Checker:
         for key in data:
             if section.child(key) is None:
                 close = closest(key, names)
-                hint = f"did you mean {close!r}?" if close else f"valid keys: {', '.join(names)}"
+                hint = (
+                    f"did you mean {quoted(close)}?" if close else f"valid keys: {', '.join(names)}"
+                )
                 self.record(self.error("unknown key", join_path(path, key), hint, at_key=True))
                 meant.update([close] if close else [])
         result: dict[str, Any] = {}
@@ -226,9 +228,14 @@ class Checker:
             raise self.error(f"expected a string, got {describe_value(value)}", path, hint)
         if field.enum and value not in field.enum:
             close = closest(value, field.enum)
-            hint = f"did you mean {close!r}?" if close else f"write one of {', '.join(field.enum)}"
+            hint = (
+                f"did you mean {quoted(close)}?"
+                if close
+                else f"write one of {', '.join(field.enum)}"
+            )
             raise self.error(
-                f"{value!r} is not a valid {field.name}; expected one of {', '.join(field.enum)}",
+                f"{quoted(value)} is not a valid {field.name}; "
+                f"expected one of {', '.join(field.enum)}",
                 path,
                 hint,
             )
@@ -238,19 +245,19 @@ class Checker:
     def match(self, field: Field, value: str, path: str) -> None:
         if field.max_length is not None and len(value) > field.max_length:
             raise self.error(
-                f"{value!r} is {len(value)} characters, more than {field.max_length}",
+                f"{quoted(value)} is {len(value)} characters, more than {field.max_length}",
                 path,
                 "shorten it" + ("; node ids are <name>-<i>" if path == "name" else ""),
             )
         if field.pattern and not re.fullmatch(field.pattern, value):
             rule = field.rule or f"it must match {field.pattern}"
-            raise self.error(f"{value!r} is not a valid {field.name}", path, f"use {rule}")
+            raise self.error(f"{quoted(value)} is not a valid {field.name}", path, f"use {rule}")
 
     def integer(self, field: Field, value: object, path: str) -> int:
         if isinstance(value, str) and (reading := other_base_integer(value)) is not None:
             # YAML 1.1 reads 010 as 8 and 0x10 as 16; the spec's loader leaves them strings.
             raise self.error(
-                f"{value!r} is not a decimal integer (YAML may read it as {reading})",
+                f"{quoted(value)} is not a decimal integer (YAML may read it as {reading})",
                 path,
                 "write it in decimal, without a leading 0 or a base prefix",
             )
@@ -328,10 +335,15 @@ class Checker:
         """One entry of a string map, checked; its text."""
         if key in field.forbidden_keys:
             raise self.error(
-                f"{key!r} is reserved for tpuctl", item_path, field.forbidden_hint, at_key=True
+                f"{quoted(key)} is reserved for tpuctl",
+                item_path,
+                field.forbidden_hint,
+                at_key=True,
             )
         if field.key_pattern and not re.fullmatch(field.key_pattern, key):
-            raise self.error(f"{key!r} is not a valid key", item_path, field.key_rule, at_key=True)
+            raise self.error(
+                f"{quoted(key)} is not a valid key", item_path, field.key_rule, at_key=True
+            )
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             hint = "give one string or number"
             if isinstance(item, bool):
@@ -341,7 +353,7 @@ class Checker:
             )
         text = item if isinstance(item, str) else str(item)
         if field.value_pattern and not re.fullmatch(field.value_pattern, text):
-            raise self.error(f"{text!r} is not a valid value", item_path, field.value_rule)
+            raise self.error(f"{quoted(text)} is not a valid value", item_path, field.value_rule)
         return text
 
 

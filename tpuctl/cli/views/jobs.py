@@ -47,7 +47,7 @@ def up_view(result: UpResult, _style: Style) -> str:
 def drill_view(report: DrillReport, style: Style) -> str:
     exact = "" if report.step_at_event_exact else " (lower bound)"
     boots = ", ".join(
-        f"{label} {report.boots_before.get(label)}→{boot}"
+        f"{label} {value(report.boots_before.get(label))}→{value(boot)}"
         for label, boot in report.boots_after.items()
     )
     text = pairs(
