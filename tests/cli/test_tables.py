@@ -147,22 +147,39 @@ def test_one_line_per_row_at_any_width(
 
 
 @pytest.mark.parametrize("width", [40, 50, 60, 70])
-@pytest.mark.parametrize("command", ["ps --job", "status --jobs", "ps", "list", "status"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ps --job",
+        "status --jobs",
+        "ps",
+        "list",
+        "status",
+        "ssh",
+        "upload",
+        "download --all",
+        "checkpoints",
+        "report",
+        "plan",
+    ],
+)
 def test_narrow_terminals_keep_states_whole_and_one_ellipsis_a_cell(
     world: dict[str, Any], command: str, width: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outcome = _run(world["project"], _commands(world)[command], width, monkeypatch)
     assert outcome.exit_code == 0, outcome.stderr
-    lines = _ours(outcome.stdout.splitlines())
+    lines = _ours((outcome.stderr if command == "ssh" else outcome.stdout).splitlines())
     assert all(display_width(line) <= width for line in lines), lines
     for line in _rows(lines):
         assert all(cell.count(ELLIPSIS) <= 1 for cell in line.split("  ")), line
     rows = [line.split() for line in lines if re.match(r"\d+/\d+ ", line)]
     if command in ("ps --job", "status --jobs", "ps"):
         assert len(rows) == 4 and all(row[1] == "running" for row in rows), lines
+    elif command in ("ssh", "upload", "download --all"):
+        assert len(rows) == 4 and all(row[1] == "ok" for row in rows), lines
     elif command == "list":
         assert any(line.split()[:2] == [world["name"], "ACTIVE"] for line in lines), lines
-    else:
+    elif command == "status":
         assert lines[0].startswith(f"{world['name']}: ACTIVE"), lines  # the name: whole
 
 
