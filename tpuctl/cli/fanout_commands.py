@@ -373,7 +373,7 @@ def upload(
     destination = remote_dir or f"~/{local_dir.resolve().name}"
     with FanoutProgress(app, "upload", len(fleet.targets)).shown() as progress:
         result = operations.upload(fleet, local_dir, destination, on_event=progress)
-    if result.transfer is not None:
+    if result.transfer is not None and result.succeeded:  # else the table says why
         app.info(
             f"uploaded {result.transfer.bytes} bytes (sha256 {result.transfer.sha256}) to "
             f"{destination} on {len(result.succeeded)}/{len(result)} workers"

@@ -180,8 +180,17 @@ def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
         'if [ -n "$id" ]; then echo "no detached run $id here" >&2; '
         'else echo "no detached run here (--job reads the startup job\'s log)" >&2; fi; exit 1'
     )
+    # A run just started (`tpuctl run` follows at once) writes its directory and log from its
+    # own session, maybe after this reads them: following a named run waits for its log.
+    wait = (
+        f'i=0; while [ ! -e "{RUNS_DIR}"/{shlex.quote(check_run_id(run_id))}/log ] '
+        "&& [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
+        if follow and run_id
+        else ""
+    )
     return (
-        _resolve_run(run_id, pid=follow, none=missing)
+        wait
+        + _resolve_run(run_id, pid=follow, none=missing)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
         + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )
