@@ -11,7 +11,7 @@ longer than the terminal stays whole. In a pipe every value is whole and every r
 line, columns padded with spaces, the way `kubectl get` prints, so `grep` and `awk` see whole
 rows.
 
-What a worker or the API wrote reaches a cell escaped (`\x1b[31m`, `\x07`, `\u202e`): a table
+What a worker or the API wrote reaches a cell escaped (`\\x1b[31m`, `\\x07`, `\\u202e`): a table
 never sends a terminal a control sequence. Plain string work (rich only measures text that is
 not ASCII): a table of 1,024 rows draws in milliseconds.
 """
@@ -28,7 +28,7 @@ GAP = "  "
 # Shown escaped in a cell: C0 and C1 control characters (ESC starts every terminal escape
 # sequence), DEL, the bidirectional overrides that reorder the rest of a line, and lone
 # surrogates (bytes that were not UTF-8, decoded with surrogateescape).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 FREE_TEXT_MINIMUM = 12  # free text is never shortened below this many columns
 
 
@@ -51,7 +51,7 @@ class Column:
 def clean(value: object) -> str:
     """A cell's text on one line, safe for a terminal: line breaks and tabs as spaces, a
     carriage return's overwritten text left out (a progress bar shows its last state), and
-    every other control character escaped (`\x1b`)."""
+    every other control character escaped (`\\x1b`)."""
     text = str(value)
     if text.isprintable():
         return text
