@@ -87,3 +87,12 @@ def test_cells_show_control_characters_escaped(raw: str, shown: str) -> None:
     assert clean(raw) == shown
     line = render([Column("NOTE")], [[raw]], width=None).splitlines()[1]
     assert line == shown and line.isprintable()
+
+
+def test_wide_on_a_terminal_is_every_column_whole() -> None:
+    """--format wide asks for everything: nothing left out, shortened or cut, as in a pipe."""
+    columns = _ps_job_columns()
+    rows = [[row[0], "x", "x", *row[1:7], "0.1s", row[7]] for row in ROWS]
+    wide = render(columns, rows, width=40, wide=True)
+    assert wide == render(columns, rows, width=None, wide=True)
+    assert ELLIPSIS + "\n" in wide and wide.count(ELLIPSIS) == 1  # the note's own cut mark

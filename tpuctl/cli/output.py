@@ -41,7 +41,7 @@ def emit(
         text = view(result, style)
         if not exact:
             text = terminal_safe(text)
-            if style.width is not None:
+            if style.width is not None and not style.wide:  # wide: every line whole
                 text = fit_lines(text, style.width)
         if people_on_stderr:
             sys.stderr.write(text)

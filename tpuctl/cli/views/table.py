@@ -6,10 +6,9 @@ floor; then the less important columns are left out (each column says how soon, 
 from the right); and only when the identifying columns alone are wider than the terminal is a
 line cut at its edge. Short values (states, durations, numbers, times) are never shortened,
 identifying columns (a name, slice/worker) never shortened nor left out, and a cell never
-shows two ellipses. `--format wide` leaves nothing out: only free text is shortened, and a line
-longer than the terminal stays whole. In a pipe every value is whole and every row is one
-line, columns padded with spaces, the way `kubectl get` prints, so `grep` and `awk` see whole
-rows.
+shows two ellipses. In a pipe, and with `--format wide` (every column, asked for: as
+`kubectl -o wide`, however long the lines), every value is whole and every row is one line,
+columns padded with spaces, the way `kubectl get` prints, so `grep` and `awk` see whole rows.
 
 What a worker or the API wrote reaches a cell escaped (`\\x1b[31m`, `\\x07`, `\\u202e`): a table
 never sends a terminal a control sequence. Plain string work (rich only measures text that is
@@ -120,15 +119,17 @@ def render(
     wide: bool = False,
 ) -> str:
     """The table as text, one line per row plus the header. `width` is the terminal's, or
-    None in a pipe (full values). `wide` shows the wide-only columns too, and leaves none
-    out. How a table fits a terminal: the module docstring."""
+    None in a pipe (full values). `wide` shows the wide-only columns too, every value whole
+    as in a pipe. How a table fits a terminal: the module docstring."""
+    if wide:
+        width = None
     shown = [i for i, column in enumerate(columns) if wide or not column.wide]
     cells_all = [[clean(value) for value in row] for row in rows]
     natural_all = [
         max([display_width(column.header)] + [display_width(row[i]) for row in cells_all])
         for i, column in enumerate(columns)
     ]
-    leaving = [] if wide or width is None else _leaving_order(columns, shown)
+    leaving = [] if width is None else _leaving_order(columns, shown)
     while True:
         heads = [columns[i] for i in shown]
         natural = [natural_all[i] for i in shown]
@@ -139,7 +140,7 @@ def render(
     cells = [[row[i] for i in shown] for row in cells_all]
     lines = [_line([c.header for c in heads], heads, widths, natural)]
     lines += [_line(row, heads, widths, natural) for row in cells]
-    if width is not None and not wide:
+    if width is not None:
         # Only identifying columns are left, and they are wider than the terminal.
         lines = [
             line if display_width(line) <= width else shorten_end(line, width) for line in lines
