@@ -85,9 +85,13 @@ def test_valid_spec_exits_0(spawn: Spawn, write_spec: WriteSpec) -> None:
     assert done.stderr == ""
 
 
+# A misspelt key, and nothing else wrong (a spec with several mistakes lists them all).
+ONE_MISTAKE = "apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n  runtime: r\n"
+
+
 @pytest.mark.parametrize("command", ["validate", "render", "plan"])
 def test_bad_spec_exits_2(spawn: Spawn, write_spec: WriteSpec, command: str) -> None:
-    spec = write_spec("apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n")
+    spec = write_spec(ONE_MISTAKE)
     done = spawn([command, str(spec)])
     assert done.returncode == 2
     assert done.stdout == ""
@@ -97,7 +101,7 @@ def test_bad_spec_exits_2(spawn: Spawn, write_spec: WriteSpec, command: str) -> 
 
 
 def test_bad_spec_json_error_on_stdout(spawn: Spawn, write_spec: WriteSpec) -> None:
-    spec = write_spec("apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n")
+    spec = write_spec(ONE_MISTAKE)
     done = spawn(["validate", str(spec), "--format", "json"])
     assert done.returncode == 2
     error = json.loads(done.stdout)["error"]
