@@ -751,3 +751,10 @@ def test_a_value_is_quoted_as_written_not_as_python_writes_it() -> None:
     with pytest.raises(SpecError) as info:
         load_spec_text(HEAD + 'capacity:\n  tier: "it\'s spot"\n')
     assert info.value.message.startswith('"it\'s spot" is not a valid tier;'), info.value.message
+
+
+def test_a_misspelt_section_is_not_judged_as_if_it_were_empty() -> None:
+    """`tp:` is meant for tpu: tpu is neither said to be missing nor built from defaults."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text("apiVersion: tpuctl/v1\nname: x\ntp:\n  accelerator: v4-8\n")
+    assert not isinstance(info.value, SpecErrors) and info.value.path == "tp"  # the one mistake

@@ -60,13 +60,17 @@ class Checker:
     def __init__(self, document: Document) -> None:
         self.document = document
         self.errors: list[SpecError] = []
+        # Keys not judged because a misspelling was meant for them (tpu for `tp:`).
+        self.misspelt_for: set[str] = set()
 
     def record(self, error: SpecError) -> None:
         self.errors.append(error)
 
     def wrong_sections(self) -> frozenset[str]:
-        """The top-level keys some recorded mistake is under (`tpu` for tpu.slcies)."""
-        return frozenset(str(error.path).split(".", 1)[0].split("[", 1)[0] for error in self.errors)
+        """The top-level keys some recorded mistake is under (`tpu` for tpu.slcies), or a
+        misspelt key was meant for (`tpu` for `tp:`)."""
+        paths = [str(error.path) for error in self.errors] + sorted(self.misspelt_for)
+        return frozenset(path.split(".", 1)[0].split("[", 1)[0] for path in paths)
 
     def raise_recorded(self) -> None:
         """Raise what was recorded, in file order: the one SpecError, or SpecErrors."""
@@ -105,7 +109,9 @@ class Checker:
                     f"did you mean {quoted(close)}?" if close else f"valid keys: {', '.join(names)}"
                 )
                 self.record(self.error("unknown key", join_path(path, key), hint, at_key=True))
-                meant.update([close] if close else [])
+                if close:
+                    meant.add(close)
+                    self.misspelt_for.add(join_path(path, close))
         result: dict[str, Any] = {}
         for child in section.children:
             child_path = join_path(path, child.name)
