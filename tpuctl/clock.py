@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from tpuctl.errors import quoted
+
 if TYPE_CHECKING:
     from decimal import Decimal
 
@@ -84,17 +86,17 @@ def parse_duration(value: str | float) -> float:
     from decimal import Decimal  # exact sums; imported here to keep startup light
 
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"not a duration: {value!r}")
+        raise ValueError(f"not a duration: {quoted(value)}")
     if isinstance(value, str):
         seconds = _duration_text(value)
     elif isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"not a duration: {value!r}")
+        raise ValueError(f"not a duration: {quoted(value)}")
     else:
         seconds = Decimal(value)
     if seconds < 0:
-        raise ValueError(f"a duration cannot be negative: {value!r}")
+        raise ValueError(f"a duration cannot be negative: {quoted(value)}")
     if seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"duration too long: {value!r} (at most 100 years)")
+        raise ValueError(f"duration too long: {quoted(value)} (at most 100 years)")
     return float(seconds)
 
 
@@ -105,9 +107,9 @@ def _duration_text(text: str) -> Decimal:
     if not stripped:
         raise ValueError("an empty duration")
     if stripped.startswith("-") and _DURATION.fullmatch(stripped[1:].lstrip()):
-        raise ValueError(f"a duration cannot be negative: {text!r}")
+        raise ValueError(f"a duration cannot be negative: {quoted(text)}")
     if not _DURATION.fullmatch(stripped):
-        raise ValueError(f"not a duration: {text!r}")
+        raise ValueError(f"not a duration: {quoted(text)}")
     parts = _DURATION_PART.findall(stripped)
     if not parts:  # a plain number
         return Decimal(stripped.lstrip("+").strip())

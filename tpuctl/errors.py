@@ -115,6 +115,33 @@ class SpecError(TpuctlError):
         return f"{prefix}{field}{super().one_line()}"
 
 
+class SpecErrors(SpecError):
+    """Several mistakes in one spec, in file order, each a SpecError of its own: a person
+    fixes them in one go, not one run of validate at a time."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        first = errors[0]
+        self.source = first.location.file if first.location else "the spec"
+        super().__init__(
+            f"{len(errors)} mistakes in {self.source}", location=first.location, path=first.path
+        )
+        self.errors = list(errors)
+
+    def one_line(self) -> str:
+        """The count, then each mistake on a line of its own (file:line:col: path: …)."""
+        lines = [f"{self.source}: {len(self.errors)} mistakes"]
+        return "\n".join(lines + [f"  {error.one_line()}" for error in self.errors])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The first mistake's file, line, column and path, and `errors`: every mistake."""
+        body = super().to_dict()
+        body["errors"] = [
+            {k: v for k, v in error.to_dict().items() if k not in ("kind", "exit_code")}
+            for error in self.errors
+        ]
+        return body
+
+
 class NotFoundError(TpuctlError):
     exit_code = ExitCode.NOT_FOUND
     kind = "not_found"
@@ -168,3 +195,26 @@ class UnreachableError(TpuctlError):
 class Interrupted(TpuctlError):
     exit_code = ExitCode.INTERRUPTED
     kind = "interrupted"
+
+
+def quoted(value: object) -> str:
+    """A value as a message shows it: a string in single quotes (double when it holds one),
+    as written (a backslash stays one: a regular expression or a path reads as typed, where
+    Python's repr doubles it), only characters a terminal would act on escaped; anything else
+    as its text (`none` for None)."""
+    if not isinstance(value, str):
+        return "none" if value is None else str(value)
+    mark = '"' if "'" in value and '"' not in value else "'"
+    return mark + "".join(_shown(ch) for ch in value) + mark
+
+
+def _shown(ch: str) -> str:
+    if ch.isprintable():
+        return ch
+    code = ord(ch)
+    named = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    if ch in named:
+        return named[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"

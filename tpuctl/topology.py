@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tpuctl.errors import quoted
+
 
 class AcceleratorError(ValueError):
     """An accelerator type or topology tpuctl does not know; the message lists what it does."""
@@ -98,12 +100,13 @@ def parse_accelerator(text: str) -> Accelerator:
     family = _BY_PREFIX.get(prefix) if dash else None
     if family is None or not number.isdigit():
         raise AcceleratorError(
-            f"unknown accelerator type {text!r}; known families: {known_families()}"
+            f"unknown accelerator type {quoted(text)}; known families: {known_families()}"
         )
     size = int(number)
     if size not in family.sizes:
         raise AcceleratorError(
-            f"{text!r} is not a {family.generation} size; valid sizes: {_describe_sizes(family)}"
+            f"{quoted(text)} is not a {family.generation} size; "
+            f"valid sizes: {_describe_sizes(family)}"
         )
     chips = size // 2 if family.counts_cores else size
     return _build(family, chips)
@@ -114,7 +117,7 @@ def from_type_topology(type_name: str, topology: str) -> Accelerator:
     family = _TYPE_ALIASES.get(type_name.strip().lower())
     if family is None:
         raise AcceleratorError(
-            f"unknown TPU type {type_name!r}; known types: "
+            f"unknown TPU type {quoted(type_name)}; known types: "
             + ", ".join(family.prefix for family in FAMILIES)
         )
     try:
@@ -124,14 +127,14 @@ def from_type_topology(type_name: str, topology: str) -> Accelerator:
     if len(dims) != family.dims or any(d < 1 for d in dims):
         example = "2x2x2" if family.dims == 3 else "4x4"
         raise AcceleratorError(
-            f"topology {topology!r} is not valid for {family.generation}: "
+            f"topology {quoted(topology)} is not valid for {family.generation}: "
             f"give {family.dims} dimensions like {example}"
         )
     chips = math.prod(dims)
     size = chips * 2 if family.counts_cores else chips
     if size not in family.sizes:
         raise AcceleratorError(
-            f"topology {topology!r} gives {chips} chips, not a {family.generation} slice size"
+            f"topology {quoted(topology)} gives {chips} chips, not a {family.generation} slice size"
         )
     return _build(family, chips, topology="x".join(str(d) for d in dims))
 
@@ -186,7 +189,7 @@ def runtime_warning(accelerator: Accelerator, runtime: str) -> str | None:
     if not meant_for:
         return None  # an unknown runtime may be new; the service will say
     return (
-        f"runtime {runtime!r} is meant for {', '.join(meant_for)}, not "
+        f"runtime {quoted(runtime)} is meant for {', '.join(meant_for)}, not "
         f"{accelerator.generation}; expected one of " + ", ".join(accelerator.family.runtimes)
     )
 

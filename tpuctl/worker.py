@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from tpuctl.errors import quoted
+
 if TYPE_CHECKING:
     from tpuctl.spec.model import Spec
 
@@ -93,7 +95,7 @@ def is_env_name(name: str) -> bool:
 def check_run_name(run_name: str) -> str:
     """The run name, or ValueError: it is a path component on every worker."""
     if _RUN_NAME.match(run_name) is None or "\n" in run_name:
-        raise ValueError(f"{run_name!r} is not a run name (letters, digits, '.', '_', '-')")
+        raise ValueError(f"{quoted(run_name)} is not a run name (letters, digits, '.', '_', '-')")
     return run_name
 
 

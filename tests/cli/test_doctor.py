@@ -332,3 +332,46 @@ def test_a_preflight_with_warnings_does_not_count_them_as_passed(project: Projec
     assert "1 could not be checked (warning above)" in closing, closing
     passed = int(closing.split("preflight: ", 1)[1].split(" ", 1)[0])
     assert passed == sum(c["ok"] and c["severity"] != "info" for c in document["checks"])
+
+
+def _two_zones(project: Project, spec: Path) -> None:
+    text = spec.read_text(encoding="utf-8").replace(f"zone: {ZONE}\n", "")
+    zoned = text.replace("capacity:\n", "capacity:\n  zones: [us-central1-a, us-central2-b]\n")
+    spec.write_text(zoned, encoding="utf-8")
+
+
+def test_a_multi_zone_doctor_says_which_zone_each_row_is(project: Project) -> None:
+    spec = write(project)
+    _two_zones(project, spec)
+    env = {"TPUCTL_ZONE": "us-central1-a"}
+    outcome = doctor(project, spec, env)
+    assert outcome.exit_code == 0, outcome.stderr
+    checks = outcome.json()["checks"]
+    zones = [(item["name"], item["zone"]) for item in checks if item["name"] == "quota"]
+    assert zones == [("quota", "us-central1-a"), ("quota", "us-central2-b")]
+    assert next(item for item in checks if item["name"] == "credentials")["zone"] is None
+
+    table = project.cli("doctor", str(spec), env=env).stdout.splitlines()
+    assert table[0].split() == ["CHECK", "ZONE", "RESULT"], table[0]
+    quota = [line for line in table if " quota " in line]
+    assert len(quota) == 2 and len(set(quota)) == 2, quota  # not two identical rows
+    assert "us-central1-a" in quota[0] and "us-central2-b" in quota[1]
+    single = project.cli("doctor", str(write(project))).stdout.splitlines()
+    assert "ZONE" not in single[0].split(), single[0]  # one zone: it is in the verdict
+
+
+def test_doctor_in_a_pipe_pads_no_line_to_the_longest_message(project: Project) -> None:
+    long_dir = "/var/tmp/" + "/".join(["a-rather-long-directory-name"] * 10)
+    spec = write(project, tpu={"runtime": "tpu-ubuntu2204-bsae"}, checkpoint={"dir": long_dir})
+    outcome = project.cli("doctor", str(spec))
+    assert outcome.exit_code == 2
+    lines = outcome.stdout.splitlines()
+    bucket = next(line for line in lines if " bucket " in line)
+    assert long_dir in bucket and len(bucket) > 300  # the long message, whole
+    credentials = next(line for line in lines if " credentials " in line)
+    assert len(credentials) < 80, credentials  # not padded to the bucket's message
+    assert not any(line.endswith(" ") for line in lines)
+    runtime = lines.index(next(line for line in lines if line.startswith("✗")))
+    fix = lines[runtime + 1]  # the fix, whole, under the row it mends
+    assert fix.strip() == "fix: set tpu.runtime to tpu-ubuntu2204-base (the closest offered)"
+    assert fix.index("fix:") == lines[0].index("RESULT")

@@ -41,6 +41,32 @@ def test_version(spawn: Spawn) -> None:
     assert done.stdout.strip() == f"tpuctl, version {__version__}"
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--format", "json", "--version"], {}),
+        (["--version", "--format", "json"], {}),
+        (["--version"], {"TPUCTL_FORMAT": "json"}),
+    ],
+)
+def test_version_is_one_json_document_when_asked(
+    spawn: Spawn, args: list[str], env: dict[str, str]
+) -> None:
+    done = spawn(args, env=env)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert (document["kind"], document["version"]) == ("Version", __version__)
+    assert done.stderr == ""
+
+
+def test_version_as_yaml(spawn: Spawn) -> None:
+    import yaml
+
+    done = spawn(["--format", "yaml", "--version"])
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["version"] == __version__
+
+
 def test_help_lists_every_command(spawn: Spawn) -> None:
     from tpuctl.cli.main import COMMANDS
 
@@ -59,9 +85,13 @@ def test_valid_spec_exits_0(spawn: Spawn, write_spec: WriteSpec) -> None:
     assert done.stderr == ""
 
 
+# A misspelt key, and nothing else wrong (a spec with several mistakes lists them all).
+ONE_MISTAKE = "apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n  runtime: r\n"
+
+
 @pytest.mark.parametrize("command", ["validate", "render", "plan"])
 def test_bad_spec_exits_2(spawn: Spawn, write_spec: WriteSpec, command: str) -> None:
-    spec = write_spec("apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n")
+    spec = write_spec(ONE_MISTAKE)
     done = spawn([command, str(spec)])
     assert done.returncode == 2
     assert done.stdout == ""
@@ -71,7 +101,7 @@ def test_bad_spec_exits_2(spawn: Spawn, write_spec: WriteSpec, command: str) -> 
 
 
 def test_bad_spec_json_error_on_stdout(spawn: Spawn, write_spec: WriteSpec) -> None:
-    spec = write_spec("apiVersion: tpuctl/v1\nname: demo\ntpu:\n  acelerator: v4-8\n")
+    spec = write_spec(ONE_MISTAKE)
     done = spawn(["validate", str(spec), "--format", "json"])
     assert done.returncode == 2
     error = json.loads(done.stdout)["error"]

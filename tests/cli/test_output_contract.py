@@ -142,6 +142,18 @@ def test_offline_commands_match_their_documented_shapes(project: Project) -> Non
         check(outcome.json(), example, " ".join(args[:1] + args[2:]))
 
 
+def test_version_matches_its_documented_shape() -> None:
+    from tests.support import invoke
+
+    for machine in ("json", "yaml"):
+        outcome = invoke(["--format", machine, "--version"])
+        assert outcome.exit_code == 0, outcome.stderr
+        document = (
+            json.loads(outcome.stdout) if machine == "json" else yaml.safe_load(outcome.stdout)
+        )
+        check(document, "--version")
+
+
 def test_timestamps_are_rfc3339_utc(project: Project) -> None:
     spec = project.spec()
     outcome = project.cli("create", str(spec), "--format", "json")

@@ -89,6 +89,28 @@ def test_render_and_plan_refuse_bad_specs_too(
     assert outcome.stderr.startswith("error: ")
 
 
+def test_validate_names_every_mistake_with_its_place_and_fix(
+    cli: Cli, write_spec: WriteSpec
+) -> None:
+    from tests.spec.test_errors import MANY, MANY_PATHS
+
+    spec = write_spec(MANY)
+    outcome = cli(["validate", str(spec)])
+    assert outcome.exit_code == 2
+    head, *lines = outcome.stderr.splitlines()
+    assert head == f"error: {spec}: {len(MANY_PATHS)} mistakes"
+    assert len(lines) == len(MANY_PATHS)
+    for line, path in zip(lines, MANY_PATHS, strict=True):
+        assert re.match(
+            rf"^  {re.escape(str(spec))}:\d+:\d+: {re.escape(path)}: .+ \(.+\)$", line
+        ), line
+    as_json = cli(["--format", "json", "validate", str(spec)])
+    assert as_json.exit_code == 2
+    error = json.loads(as_json.stdout)["error"]
+    assert [item["path"] for item in error["errors"]] == MANY_PATHS
+    assert all(item["hint"] for item in error["errors"])  # each with its fix
+
+
 def test_misspelled_tier_key_names_the_fix(cli: Cli, write_spec: WriteSpec) -> None:
     outcome = cli(["validate", str(write_spec(HEAD + GOOD_TPU + "capacity:\n  spto: true\n"))])
     assert outcome.exit_code == 2

@@ -104,24 +104,26 @@ def _run(project: Project, args: list[str], width: int | None, monkeypatch: Any)
     return project.cli(*args)
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        "status",
-        "status --jobs",
-        "list",
-        "ps",
-        "ps --job",
-        "ssh",
-        "upload",
-        "download --all",
-        "checkpoints",
-        "report",
-        "plan",
-        "wait",
-        "emulator status",
-    ],
-)
+# Every table command; the last two are left out at narrow widths, where what they show (a
+# wait's status, the emulator's every queued resource) adds nothing the others do not test.
+TABLE_COMMANDS = [
+    "status",
+    "status --jobs",
+    "list",
+    "ps",
+    "ps --job",
+    "ssh",
+    "upload",
+    "download --all",
+    "checkpoints",
+    "report",
+    "plan",
+    "wait",
+    "emulator status",
+]
+
+
+@pytest.mark.parametrize("command", TABLE_COMMANDS)
 def test_one_line_per_row_at_any_width(
     world: dict[str, Any], command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,7 +132,8 @@ def test_one_line_per_row_at_any_width(
     for mode, width in WIDTHS.items():
         outcome = _run(world["project"], args, width, monkeypatch)
         assert outcome.exit_code == 0, f"{command} ({mode}): {outcome.stderr}"
-        outputs[mode] = outcome.stdout.splitlines()
+        # ssh's stdout is the workers' output alone; its table is on stderr.
+        outputs[mode] = (outcome.stderr if command == "ssh" else outcome.stdout).splitlines()
     narrow, pipe, wide = (_ours(outputs[mode]) for mode in ("80", "pipe", "200"))
     too_long = [line for line in narrow if display_width(line) > 80]
     assert not too_long, f"{command} at 80 columns:\n" + "\n".join(too_long)
@@ -143,6 +146,28 @@ def test_one_line_per_row_at_any_width(
     assert not any(ELLIPSIS in line for line in wide), f"{command} at 200 columns"
     if command in ("status", "list", "wait"):  # the name is an identifying column: whole
         assert any(world["name"] in line for line in narrow)
+
+
+@pytest.mark.parametrize("width", [40, 50, 60, 70])
+@pytest.mark.parametrize("command", TABLE_COMMANDS[:-2])
+def test_narrow_terminals_keep_states_whole_and_one_ellipsis_a_cell(
+    world: dict[str, Any], command: str, width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outcome = _run(world["project"], _commands(world)[command], width, monkeypatch)
+    assert outcome.exit_code == 0, outcome.stderr
+    lines = _ours((outcome.stderr if command == "ssh" else outcome.stdout).splitlines())
+    assert all(display_width(line) <= width for line in lines), lines
+    for line in _rows(lines):
+        assert all(cell.count(ELLIPSIS) <= 1 for cell in line.split("  ")), line
+    rows = [line.split() for line in lines if re.match(r"\d+/\d+ ", line)]
+    if command in ("ps --job", "status --jobs", "ps"):
+        assert len(rows) == 4 and all(row[1] == "running" for row in rows), lines
+    elif command in ("ssh", "upload", "download --all"):
+        assert len(rows) == 4 and all(row[1] == "ok" for row in rows), lines
+    elif command == "list":
+        assert any(line.split()[:2] == [world["name"], "ACTIVE"] for line in lines), lines
+    elif command == "status":
+        assert lines[0].startswith(f"{world['name']}: ACTIVE"), lines  # the name: whole
 
 
 def test_a_pipe_keeps_whole_rows_for_grep(

@@ -4,6 +4,7 @@ what a person asks of a run, on 2 slices × 2 workers."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import subprocess
@@ -49,14 +50,14 @@ def test_logs_all_gathers_every_workers_whole_job_log(
 ) -> None:
     written = _job_logs(qr)
     spec = _spec(tpuctl, qr)
-    prefixed = tpuctl("logs", str(spec), "--all")
+    prefixed = tpuctl("logs", str(spec), "--job", "--all")
     assert prefixed.exit_code == 0, prefixed.stderr
     for label, text in written.items():
         mine = [line for line in prefixed.stdout.splitlines() if line.startswith(f"[{label}] ")]
         assert mine == [f"[{label}] {line}" for line in text.splitlines()]  # all 300, in order
 
     out = tmp_path / "out"
-    to_files = tpuctl("logs", str(spec), "--all", "--output-dir", str(out))
+    to_files = tpuctl("logs", str(spec), "--job", "--all", "--output-dir", str(out))
     assert to_files.exit_code == 0, to_files.stderr
     assert sorted(p.name for p in out.iterdir()) == ["0-0.log", "0-1.log", "1-0.log", "1-1.log"]
     for label, text in written.items():
@@ -77,13 +78,79 @@ def test_logs_all_says_which_workers_have_no_job_log(
     _job_logs(qr)
     missing = qr.vm_root(1, 1) / "var/log/tpuctl" / RUN / "current.log"
     missing.unlink()
-    outcome = tpuctl("logs", str(_spec(tpuctl, qr)), "--all", "--format", "json")
+    outcome = tpuctl("logs", str(_spec(tpuctl, qr)), "--job", "--all", "--format", "json")
     assert outcome.exit_code == 3, outcome.stderr  # one worker failed
     rows = by_label(outcome)
     assert rows["1/1"]["status"] == "failed" and "no job log for run gather" in str(
         rows["1/1"]["stderr_tail"]
     )
     assert all(rows[label]["status"] == "ok" for label in ("0/0", "0/1", "1/0"))
+
+
+def test_logs_all_as_json_carries_every_workers_whole_log(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    written = _job_logs(qr)
+    odd = b"not UTF-8: \xff\xfe, an escape \x1b[31m, a NUL \x00 and the end\n"
+    (qr.vm_root(1, 0) / "var/log/tpuctl" / RUN / "current.log").write_bytes(odd)
+    outcome = tpuctl("logs", str(_spec(tpuctl, qr)), "--job", "--all", "--format", "json")
+    assert outcome.exit_code == 0, outcome.stderr
+    rows = by_label(outcome)
+    for label, text in written.items():
+        log = rows[label]["detail"]
+        if label == "1/0":
+            assert base64.b64decode(log["log_base64"]) == odd  # every byte, as sent
+            assert log["log"] == odd.decode("utf-8", errors="replace")
+            assert (log["bytes"], log["cut_bytes"]) == (len(odd), 0)
+            continue
+        assert log["log"] == text and len(log["log"].splitlines()) == 300  # not the last 20
+        assert (log["log_base64"], log["bytes"], log["cut_bytes"]) == (None, len(text), 0)
+    tail = tpuctl("logs", str(_spec(tpuctl, qr)), "--job", "-n", "50", "--format", "json")
+    assert tail.exit_code == 0, tail.stderr
+    assert (
+        by_label(tail)["0/0"]["detail"]["log"].splitlines() == (written["0/0"].splitlines()[-50:])
+    )
+
+
+def test_logs_and_logs_all_read_the_same_log(tpuctl: Project, qr: QR) -> None:
+    """Without --job or --run both read the latest detached run; --job, the job's, both ways."""
+    written = _job_logs(qr)
+    spec = str(_spec(tpuctl, qr))
+    lines = "; ".join(f"echo detached line {i}" for i in range(30))
+    started = tpuctl("ssh", qr.name, "--detach", "--format", "json", "--", f"{lines}; sleep 30")
+    assert started.exit_code == 0, started.stderr
+    run = started.json()["run"]
+
+    def latest() -> bool:
+        rows = by_label(tpuctl("ps", qr.name, "--format", "json")).values()
+        return all(row["detail"]["run"] == run and row["detail"]["last_line"] for row in rows)
+
+    wait_for(latest, 15, "the run to be the latest everywhere")
+    try:
+        tail = tpuctl("logs", spec, "-n", "2", "--node", "0", "--worker", "0")
+        whole = tpuctl("logs", spec, "--all", "--node", "0", "--worker", "0")
+        assert tail.stdout.splitlines() == ["[0/0] detached line 28", "[0/0] detached line 29"]
+        assert whole.stdout.splitlines() == [f"[0/0] detached line {i}" for i in range(30)]
+        job_tail = tpuctl("logs", spec, "--job", "-n", "1", "--node", "0", "--worker", "0")
+        job_whole = tpuctl("logs", spec, "--job", "--all", "--node", "0", "--worker", "0")
+        assert job_tail.stdout == "[0/0] boot 1 line 299 of 0/0\n"
+        assert job_whole.stdout.splitlines() == [
+            f"[0/0] {line}" for line in written["0/0"].splitlines()
+        ]
+    finally:
+        tpuctl("stop", qr.name, "--run", run, "--grace", "1")
+
+
+def test_logs_of_no_detached_run_says_where_the_job_log_is(tpuctl: Project, qr: QR) -> None:
+    fresh = ("--node", "1", "--worker", "1")
+    runs = qr.home(1, 1) / ".tpuctl" / "runs"
+    latest = runs / "latest"
+    latest.unlink(missing_ok=True)  # no detached run there (others may have left one)
+    for args in ((), ("--all",)):
+        outcome = tpuctl("logs", qr.name, *fresh, *args)
+        assert outcome.exit_code == 3, outcome.stderr
+        assert outcome.stdout == ""  # nothing that looks like a log line
+        assert "no detached run" in outcome.stderr and "--job" in outcome.stderr
 
 
 def test_logs_refuses_all_with_follow_and_job_with_run(tpuctl: Project, qr: QR) -> None:
@@ -170,6 +237,35 @@ def test_download_all_fails_only_the_worker_without_the_file(
     one = tpuctl("download", qr.name, "results", str(tmp_path / "one"))  # worker 0/0 only
     assert one.exit_code == 0, one.stderr
     assert (tmp_path / "one" / "results" / "m.json").read_text() == '{"w": "0/0"}\n'
+
+
+def test_download_says_each_workers_reason_and_no_empty_summary(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    missing = tpuctl("download", qr.name, "no-such-results", str(tmp_path / "none"))
+    assert missing.exit_code == 3
+    assert "downloaded" not in missing.stderr  # not "downloaded 0 entries", before the reason
+    row = next(line for line in missing.stdout.splitlines() if line.startswith("0/0 "))
+    assert "no-such-results: no such file or directory" in row, row
+    assert "exited with" not in row  # the exit code has its column; the reason is the note
+
+    (qr.home(0, 1) / "some.txt").write_text("here\n")
+    some = tpuctl("download", qr.name, "some.txt", str(tmp_path / "some"), "--all")
+    assert some.exit_code == 3
+    assert "downloaded 1 entries from 1 of 4 workers into" in some.stderr, some.stderr
+    failed = [line for line in some.stdout.splitlines() if " FAILED " in line]
+    assert len(failed) == 3 and all("no such file or directory" in line for line in failed)
+
+
+def test_a_failed_commands_note_is_its_last_words_not_its_exit_code(
+    tpuctl: Project, qr: QR
+) -> None:
+    files = str(tpuctl.home / "o")
+    command = "echo working; echo 'disk full' >&2; exit 7"
+    one = ("--node", "0", "--worker", "0")
+    out = tpuctl("ssh", qr.name, *one, "--output-dir", files, "--", command)
+    row = next(line for line in out.stdout.splitlines() if line.startswith("0/0 "))
+    assert row.split()[1:3] == ["FAILED", "7"] and row.endswith("disk full"), row
 
 
 def test_ps_shows_the_run_not_the_status_file(tpuctl: Project, qr: QR) -> None:

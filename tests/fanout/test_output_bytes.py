@@ -7,6 +7,7 @@ import tarfile
 from pathlib import Path
 
 from tests.harness import QR, Project
+from tests.support import wait_for
 from tpuctl.fanout.engine import CUT_MARK, LINE_LIMIT
 
 
@@ -49,3 +50,39 @@ def test_a_line_with_no_end_is_passed_on_in_pieces(tpuctl: Project, qr: QR) -> N
     assert max(len(piece) for piece in pieces) <= 2 * LINE_LIMIT
     assert "".join(piece.removesuffix(mark) for piece in pieces[:-1]) == "x" * size
     assert pieces[-1] == "after"
+
+
+# Colour, a window-title sequence with a bell, a clear-screen, and a byte that is not UTF-8.
+HOSTILE = r"printf 'a \033[31mred\033[0m \033]0;title\007 \033[2J \377end\n'"
+ESCAPED = "a \\x1b[31mred\\x1b[0m \\x1b]0;title\\x07 \\x1b[2J "
+
+
+def test_a_workers_escape_sequences_reach_tables_escaped(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    """A table's last-output column never passes a worker's control sequences to the terminal."""
+    files = str(tmp_path / "out")
+    args = ("--node", "0", "--worker", "0")
+    ran = tpuctl("ssh", qr.name, *args, "--output-dir", files, "--", HOSTILE)
+    assert ran.exit_code == 0, ran.stderr
+    row = next(line for line in ran.stdout.splitlines() if line.startswith("0/0 "))
+    assert row.endswith(ESCAPED + "\\xffend"), row
+    assert "\x1b" not in ran.stdout and "\x07" not in ran.stdout
+
+    detach = ("--detach", "--format", "json")
+    started = tpuctl("ssh", qr.name, *args, *detach, "--", HOSTILE + "; sleep 30")
+    assert started.exit_code == 0, started.stderr
+    run = ("--run", started.json()["run"])
+    try:
+        wait_for(
+            lambda: tpuctl("ps", qr.name, *args, *run, "--format", "json").json()["workers"][0][
+                "detail"
+            ]["last_line"],
+            15,
+            "the run's output",
+        )
+        listed = tpuctl("ps", qr.name, *args, *run)
+        row = next(line for line in listed.stdout.splitlines() if line.startswith("0/0 "))
+        assert ESCAPED in row and "\x1b" not in listed.stdout, row
+    finally:
+        tpuctl("stop", qr.name, *args, *run, "--grace", "1")

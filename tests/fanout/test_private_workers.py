@@ -164,7 +164,7 @@ def test_a_bastion_reaches_every_worker(tpuctl: Project, private: Private, emula
     strict = tpuctl("ssh", qr.name, "--proxy-jump", jump, "--strict-host-key-checking", "yes",
                     "--", "true")  # fmt: skip
     assert strict.exit_code == 8, strict.stderr  # an unknown bastion is refused under `yes`
-    assert f"bastion [{private.bastion_ip}]:{emulator.ssh_port} is not in" in strict.stdout
+    assert f"bastion [{private.bastion_ip}]:{emulator.ssh_port} is not in" in strict.stderr
     assert "--strict-host-key-checking accept-new" in strict.stderr
 
     out = tpuctl("ssh", qr.name, "--proxy-jump", jump, "--format", "json", "--",

@@ -78,3 +78,21 @@ def test_a_wait_draws_the_state_and_time_on_a_terminal(tpuctl: Project) -> None:
     assert code == 4, terminal  # the queueing deadline
     assert re.search(r"too-big-to-fit: WAITING_FOR_RESOURCES for \S+ \(waiting \S+\)", terminal)
     assert "deleted" in terminal or "delete" in terminal
+
+
+def test_a_waits_timers_tick_between_polls(tpuctl: Project) -> None:
+    """Polls come at about 0, 0.75, 2.75 and 6.75 s (the watcher's ramp): a line redrawn only
+    when a poll answers never shows 4 or 5 s of waiting; one that ticks does."""
+    spec = tpuctl.write_spec(
+        {
+            "name": "ticks-while-it-waits",
+            "tpu": {"accelerator": "v4-4096", "runtime": "tpu-ubuntu2204-base", "slices": 16},
+        }
+    )
+    code, _, terminal = _under_pty(tpuctl, "create", str(spec), "--wait", "--queue-timeout", "8s")
+    assert code == 4, terminal
+    waited = {
+        float(seconds)
+        for seconds in re.findall(r"WAITING_FOR_RESOURCES for \S+ \(waiting ([\d.]+)s\)", terminal)
+    }
+    assert any(3.5 <= seconds < 6.0 for seconds in waited), sorted(waited)

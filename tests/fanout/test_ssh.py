@@ -35,6 +35,16 @@ def test_json_result_has_one_entry_per_worker(tpuctl: Project, qr: QR) -> None:
     assert data["summary"]["ok"] == len(qr.labels()) and data["summary"]["exit_code"] == 0
 
 
+def test_json_says_how_much_output_its_tails_leave_out(tpuctl: Project, qr: QR) -> None:
+    out = tpuctl("ssh", qr.name, "--node", "0", "--worker", "0", "--format", "json", "--",
+                 "seq 1 100; echo warned >&2")  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    worker = out.json()["workers"][0]
+    assert worker["stdout_tail"].splitlines() == [str(i) for i in range(81, 101)]
+    written = len("".join(f"{i}\n" for i in range(1, 101)))
+    assert (worker["stdout_bytes"], worker["stderr_bytes"]) == (written, len("warned\n"))
+
+
 def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
     marker = f"{qr.node_ids[slice_index]}/{worker}"
     test = f'[ "$TPUCTL_EMULATED_WORKER" = {marker} ]'
@@ -44,12 +54,29 @@ def _fail_on(qr: QR, slice_index: int, worker: int, code: int) -> str:
 def test_a_failing_worker_gives_exit_3_and_the_table_names_it(tpuctl: Project, qr: QR) -> None:
     out = tpuctl("ssh", qr.name, "--", _fail_on(qr, 1, 1, 7))
     assert out.exit_code == 3, out.stderr
-    row = next(line for line in out.stdout.splitlines() if line.startswith("1/1 "))
+    row = next(line for line in out.stderr.splitlines() if line.startswith("1/1 "))
     assert "FAILED" in row and " 7 " in row
     assert "1/1" in out.stderr  # the error line names the worker
     healthy = by_label(tpuctl("ssh", qr.name, "--format", "json", "--", _fail_on(qr, 1, 1, 7)))
     assert healthy["1/1"]["exit_code"] == 7 and healthy["1/1"]["stderr_tail"] == "boom"
     assert all(healthy[label]["status"] == "ok" for label in qr.labels() if label != "1/1")
+
+
+def test_a_script_gets_the_workers_output_alone_on_stdout(tpuctl: Project, qr: QR) -> None:
+    """`out=$(tpuctl ssh NAME -- hostname)`: the output lines, not a table after them; the table
+    is for people, on stderr. With the output in files, stdout has nothing else: the table."""
+    out = tpuctl("ssh", qr.name, "--", "echo $TPUCTL_EMULATED_WORKER")
+    assert out.exit_code == 0, out.stderr
+    assert sorted(out.stdout.splitlines()) == sorted(
+        f"[{s}/{w}] {node}/{w}" for s, node in enumerate(qr.node_ids) for w in range(2)
+    )
+    assert "WORKER  STATUS" in out.stderr and "4 workers: 4 ok" in out.stderr
+
+    to_files = tpuctl("ssh", qr.name, "--output-dir", str(tpuctl.home / "o"), "--", "true")
+    assert to_files.exit_code == 0, to_files.stderr
+    assert to_files.stdout.splitlines()[0].startswith("WORKER  STATUS")
+    as_json = tpuctl("ssh", qr.name, "--format", "json", "--", "echo x")
+    assert as_json.json()["summary"]["ok"] == 4  # one document, nothing else on stdout
 
 
 def test_selectors_pick_slices_and_workers(tpuctl: Project, qr: QR) -> None:
@@ -122,7 +149,7 @@ def test_fanout_documents_match_the_contract(tpuctl: Project, qr: QR, tmp_path: 
     started = run("ps", "ssh", "--detach", "--", "sleep 30")
     assert started["operation"] == "detach" and started["run"]
     assert run("ps", "ps")["operation"] == "ps"
-    assert run("ssh", "logs", "-n", "1")["operation"] == "logs"
+    assert run("logs", "logs", "-n", "1")["operation"] == "logs"
     assert run("ps", "stop", "--grace", "1")["operation"] == "stop"
     source = tmp_path / "src"
     source.mkdir()

@@ -84,3 +84,35 @@ def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Project, qr: QR, tmp_path:
     assert 'GREETING=it\'s "quoted" $HOME `x` in ' in log.read_text()
     assert log.read_text().strip().endswith("/job")
     assert not pid_alive(holder.pid)
+
+
+def test_run_follows_the_log_on_stdout_and_puts_its_table_on_stderr(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    spec = tmp_path / "short.yaml"
+    spec.write_text(
+        f"apiVersion: tpuctl/v1\nname: {qr.name}\n"
+        "tpu:\n  accelerator: v4-16\n  runtime: tpu-ubuntu2204-base\n  slices: 2\n"
+        "job:\n  user: tester\n  command: echo short job ran; sleep 1\n"
+    )
+    out = tpuctl("run", str(spec))
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.splitlines() == ["[0/0] short job ran"], (out.stdout, out.stderr)
+    assert "WORKER  STATUS" in out.stderr
+
+
+def test_an_upload_nowhere_says_why_per_worker_and_claims_nothing(
+    tpuctl: Project, qr: QR, tmp_path: Path
+) -> None:
+    for s in range(len(qr.node_ids)):
+        for w in range(qr.workers_per_node):
+            qr.home(s, w).mkdir(parents=True, exist_ok=True)
+            (qr.home(s, w) / "blocker").write_text("a file, not a directory\n")
+    source = tmp_path / "code"
+    source.mkdir()
+    (source / "a.txt").write_text("a\n")
+    out = tpuctl("upload", qr.name, str(source), "~/blocker/code")
+    assert out.exit_code == 3
+    assert "uploaded" not in out.stderr, out.stderr  # nothing was
+    rows = [line for line in out.stdout.splitlines() if " FAILED " in line]
+    assert len(rows) == 4 and all("Not a directory" in row for row in rows), out.stdout

@@ -197,3 +197,47 @@ def test_a_job_showing_neither_steps_nor_checkpoints_fails_within_a_minute() -> 
     assert "no committed checkpoint under gs://bucket/ckpt/job" in message
     assert "--step-pattern" in (raised.value.hint or "")
     assert 60 <= time.t < 61
+
+
+def test_the_drills_messages_read_as_words_not_python() -> None:
+    """No `None` where a step is not known yet, and the step pattern as it is written (a
+    person copies it into --step-pattern), not Python's repr with doubled backslashes."""
+    time, jobs, qr = FakeClock(), FakeJobs(), FakeQr(state="ACTIVE")
+    jobs.set("running")
+    jobs.logs[1] = "starting fresh\nstep 1/100\n"
+    time.at(1, lambda: jobs.logs.__setitem__(1, "starting fresh\nstep 1/100\nstep 2/100\n"))
+
+    def maintenance_happens() -> None:
+        jobs.reboot()
+        jobs.logs[2] = "starting fresh\nstep 1/100\n"
+
+    time.at(3, maintenance_happens)
+    said: list[str] = []
+    Drill(
+        qr,
+        spec(),
+        fleet_factory=fleet,
+        options=DrillOptions(kind="maintenance", timeout=60, poll=0.5),
+        jobs=jobs,
+        record=FakeRecord(),  # no checkpoint yet
+        clock=time.clock(),
+        on_event=lambda event: said.append(event.message),
+    ).run()
+    assert not any("None" in message for message in said), said
+    assert "latest checkpoint: none yet" in said[0], said[0]
+
+    time, jobs, record = FakeClock(), FakeJobs(), FakeRecord()
+    with pytest.raises(TpuctlError) as raised:
+        _silent_drill(time, jobs, record).run()
+    pattern = PATTERN.pattern
+    assert "\\b" in pattern and f"matches '{pattern}'," in raised.value.message
+    assert "\\\\" not in raised.value.message
+
+
+def test_a_failed_verdict_never_says_none() -> None:
+    from tpuctl.jobs.drill_verdict import judge_checkpoints
+
+    report = DrillReport(name="job", run="job", drill="preempt", autocheckpoint=False)
+    judge_checkpoints(report, before_steps={100}, at_restart=set())
+    assert not report.ok and "None" not in report.verdict, report.verdict
+    assert "from scratch" in report.verdict

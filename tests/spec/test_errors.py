@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tpuctl.errors import ExitCode, SourceLocation, SpecError
+from tpuctl.errors import ExitCode, SourceLocation, SpecError, SpecErrors
 from tpuctl.spec.load import load_spec, load_spec_text
 
 HEAD = """\
@@ -654,3 +654,107 @@ def test_deep_nesting_is_a_spec_error_not_a_crash() -> None:
 def test_huge_file_is_refused() -> None:
     with pytest.raises(SpecError, match="too large"):
         load_spec_text("# " + "x" * (2 << 20))
+
+
+# Three typos and eight values of the wrong type: every one is reported, in file order.
+MANY = (
+    HEAD
+    + """\
+  slcies: 2
+  external_ips: "no"
+  tags: web
+capacity:
+  teir: spot
+  spot: yes please
+deadlines:
+  queue: soon
+checkpoint:
+  keep: "3"
+  autocheckpoint: 1
+job:
+  comand: python3 train.py
+  env: {A: [1]}
+  target_step: lots
+recovry:
+  max_failures: 2
+"""
+)
+MANY_PATHS = [
+    "tpu.slcies",
+    "tpu.external_ips",
+    "tpu.tags",
+    "capacity.teir",
+    "capacity.spot",
+    "deadlines.queue",
+    "checkpoint.keep",
+    "checkpoint.autocheckpoint",
+    "job.comand",
+    "job.env.A",
+    "job.target_step",
+    "recovry",
+]
+
+
+def test_every_mistake_of_a_spec_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text(MANY, encoding="utf-8")
+    with pytest.raises(SpecErrors) as info:
+        load_spec(path)
+    error = info.value
+    assert error.exit_code == ExitCode.USAGE
+    assert [mistake.path for mistake in error.errors] == MANY_PATHS
+    lines = MANY.splitlines()
+    for mistake in error.errors:
+        assert mistake.location is not None and mistake.location.file == str(path)
+        key = str(mistake.path).rsplit(".", 1)[-1]
+        assert key in lines[int(mistake.location.line or 0) - 1], mistake.one_line()
+        assert mistake.location.column is not None
+    hints = {str(m.path): m.hint for m in error.errors}
+    assert hints["tpu.slcies"] == "did you mean 'slices'?"
+    assert hints["capacity.teir"] == "did you mean 'tier'?"
+    assert hints["job.comand"] == "did you mean 'command'?"
+    assert hints["recovry"] == "did you mean 'recovery'?"
+    shown = error.one_line().splitlines()
+    assert shown[0] == f"{path}: 12 mistakes"
+    assert shown[1:] == [f"  {mistake.one_line()}" for mistake in error.errors]
+    document = error.to_dict()
+    assert (document["kind"], document["path"], document["line"]) == ("spec", "tpu.slcies", 6)
+    assert [item["path"] for item in document["errors"]] == MANY_PATHS
+    assert all(
+        {"message", "file", "line", "column", "path"} <= set(item) for item in document["errors"]
+    )
+
+
+def test_rules_across_fields_are_reported_together_once_the_fields_are_right() -> None:
+    text = HEAD.replace("v4-16", "v9-16") + (
+        "capacity:\n  tier: spot\n  reservation: pool\ndeadlines:\n  queue: 0s\n"
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_spec_text(text)
+    paths = [mistake.path for mistake in info.value.errors]
+    assert paths == ["tpu.accelerator", "capacity.reservation", "deadlines.queue"], paths
+
+
+def test_one_mistake_is_reported_as_before() -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec_text(HEAD + "capacity:\n  teir: spot\n")
+    assert not isinstance(info.value, SpecErrors)
+    assert info.value.path == "capacity.teir"
+
+
+def test_a_value_is_quoted_as_written_not_as_python_writes_it() -> None:
+    """A backslash stays one backslash (Python's repr doubles it), and a quote inside picks the
+    other quotes: copying the value out of the message gives what the file holds."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text(HEAD + "capacity:\n  tier: 'C:\\spot'\n")
+    assert info.value.message.startswith("'C:\\spot' is not a valid tier;"), info.value.message
+    with pytest.raises(SpecError) as info:
+        load_spec_text(HEAD + 'capacity:\n  tier: "it\'s spot"\n')
+    assert info.value.message.startswith('"it\'s spot" is not a valid tier;'), info.value.message
+
+
+def test_a_misspelt_section_is_not_judged_as_if_it_were_empty() -> None:
+    """`tp:` is meant for tpu: tpu is neither said to be missing nor built from defaults."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text("apiVersion: tpuctl/v1\nname: x\ntp:\n  accelerator: v4-8\n")
+    assert not isinstance(info.value, SpecErrors) and info.value.path == "tp"  # the one mistake

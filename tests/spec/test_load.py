@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuctl.errors import SourceLocation, SpecError
+from tpuctl.errors import SourceLocation, SpecError, SpecErrors
 from tpuctl.spec.load import (
     LoadedSpec,
     load_spec,
@@ -80,10 +80,13 @@ def test_full_example_loads() -> None:
 
 def test_brief_example_reports_its_inconsistency() -> None:
     # fsdp 4 on v4-16: 16 TensorCores are 8 chips, so the ici product must be 8.
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecErrors) as info:
         load_spec(DATA / "reference-example.yaml")
-    assert info.value.path == "job.parallelism.ici"
-    assert "multiply to 4 (fsdp 4), but there are 8 chips" in info.value.message
+    reservation, parallelism = info.value.errors  # both, in file order
+    assert reservation.path == "capacity.reservation"
+    assert "a reservation needs the reserved tier, not spot" in reservation.message
+    assert parallelism.path == "job.parallelism.ici"
+    assert "multiply to 4 (fsdp 4), but there are 8 chips" in parallelism.message
 
 
 def test_minimal_spec_gets_every_default(load: Load, minimal: str) -> None:

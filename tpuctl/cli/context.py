@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from tpuctl.cli.format import Style
+from tpuctl.cli.views.table import terminal_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -66,12 +67,12 @@ class AppContext:
         """A progress or status line for people, on stderr (not with --quiet)."""
         if self.quiet:
             return
-        sys.stderr.write(message + "\n")
+        sys.stderr.write(terminal_safe(message) + "\n")
         sys.stderr.flush()
 
     def warn(self, message: str) -> None:
         colour = sys.stderr.isatty() and "NO_COLOR" not in os.environ
-        line = f"warning: {message}"
+        line = f"warning: {terminal_safe(message)}"
         sys.stderr.write((f"\x1b[33m{line}\x1b[0m" if colour else line) + "\n")
         sys.stderr.flush()
 

@@ -13,7 +13,7 @@ import click
 from tpuctl.cli.options import DURATION_OR_ZERO, output_option
 from tpuctl.cli.output import emit
 from tpuctl.cli.views import emulator as views
-from tpuctl.errors import TpuctlError, UsageError
+from tpuctl.errors import TpuctlError, UsageError, quoted
 
 if TYPE_CHECKING:
     from tpuctl.emulator.client.admin import AdminClient
@@ -271,7 +271,7 @@ def project_metadata(project: str, changes: tuple[str, ...], host: str | None) -
     for change in changes:
         key, sep, value = change.partition("=")
         if not sep or not key:
-            raise UsageError(f"{change!r} is not KEY=VALUE", hint="e.g. enable-oslogin=TRUE")
+            raise UsageError(f"{quoted(change)} is not KEY=VALUE", hint="e.g. enable-oslogin=TRUE")
         parsed[key] = value or None
     with _admin(host) as admin:
         data = admin.project_metadata(project, parsed)

@@ -26,7 +26,7 @@ from tpuctl.cli.options import (
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import FanoutProgress
 from tpuctl.cli.reach import reach, selector_options, ssh_options
-from tpuctl.cli.streams import OutputFiles, PrefixedOutput
+from tpuctl.cli.streams import LogCollector, OutputFiles, PrefixedOutput
 from tpuctl.cli.views.fanout import fanout_view
 from tpuctl.errors import UsageError
 
@@ -36,16 +36,23 @@ if TYPE_CHECKING:
     from tpuctl.fanout.results import FanoutResult
 
 
-def _finish(app: AppContext, result: FanoutResult, *, quiet_when_ok: bool = False) -> None:
+def _finish(
+    app: AppContext,
+    result: FanoutResult,
+    *,
+    quiet_when_ok: bool = False,
+    output_on_stdout: bool = False,
+) -> None:
     """Print the result; name the workers still running at an interrupt; exit with its code.
-    `quiet_when_ok` (logs): stdout is the logs alone; the table goes to stderr, and only when
-    a worker was not ok."""
+    `output_on_stdout`: the workers' own output went to stdout, which stays theirs alone (a
+    script's `$(tpuctl ssh …)`): the table goes to stderr. `quiet_when_ok` (logs): stdout is
+    the logs alone; the table goes to stderr, and only when a worker was not ok."""
     if result.interrupted and not result.interrupt_expected:
         running = [r.target.label for r in result if r.started and r.status == "interrupted"]
         if running:
             app.warn(f"interrupted while still running on: {', '.join(running)}")
     if not quiet_when_ok:
-        emit(result, fanout_view)
+        emit(result, fanout_view, people_on_stderr=output_on_stdout)
     elif all(worker.ok for worker in result) or (result.interrupt_expected and result.interrupted):
         emit(result, lambda _result, _style: "", people_on_stderr=True)
     else:
@@ -91,8 +98,9 @@ def ssh(
 
     One argument after `--` is a shell command line, run as written (`'make && ./train'`);
     several are an argv, each word quoted so it arrives as given (`-- python3 -c 'print(1)'`).
-    Output is streamed as `[slice/worker] line`, then a table of every worker's exit code,
-    duration and status. --detach starts COMMAND in its own session on every worker (see ps,
+    Output is streamed as `[slice/worker] line` on stdout, then a table of every worker's exit
+    code, duration and status on stderr (on stdout with --output-dir, where stdout has
+    nothing else). --detach starts COMMAND in its own session on every worker (see ps,
     logs, stop).
 
     Stdin: COMMAND reads EOF at once, so nothing waits for input; with --stdin it reads the
@@ -140,7 +148,7 @@ def ssh(
     finally:
         if files is not None:
             files.close()
-    _finish(app, result)
+    _finish(app, result, output_on_stdout=isinstance(sink, PrefixedOutput))
 
 
 def _check_forwarding(command: str, detach: bool, terminal: bool) -> None:
@@ -238,16 +246,16 @@ def ps(
     "startup_job",
     is_flag=True,
     default=False,
-    help="The startup-script job's log instead of a detached run's; the run name comes from "
-    "SPEC, or from NAME's tpuctl-run label.",
+    help="The startup-script job's log instead of a detached run's (with or without --all); "
+    "the run name comes from SPEC, or from NAME's tpuctl-run label.",
 )
 @click.option(
     "--all",
     "whole",
     is_flag=True,
     default=False,
-    help="Gather the whole log of every selected worker (the job's, unless --run names a "
-    "detached run) instead of its last lines.",
+    help="Gather the whole log of every selected worker instead of its last lines: the same "
+    "log as without it (the latest detached run, --run's, or the job's with --job).",
 )
 @click.option(
     "--output-dir",
@@ -270,8 +278,14 @@ def logs(
     worker: str | None,
     **values: Any,
 ) -> None:
-    """The last lines of a detached run's log (or the job's, --job) on every worker, prefixed;
-    --follow them, or gather every worker's whole log with --all (to --output-dir)."""
+    """The last lines of a detached run's log on every worker, prefixed: the latest run, the
+    one --run names, or with --job the startup-script job's log; --follow them, or gather
+    every worker's whole log with --all (to --output-dir). A worker with no detached run
+    fails, saying so: the job's log is --job's.
+
+    With --format json each worker's `detail` holds the log read, whole (up to 64 MiB a
+    worker, then its end and how much was left out), and its exact bytes in base64 when they
+    are not UTF-8."""
     from tpuctl.fanout import operations
     from tpuctl.jobs import control
 
@@ -282,11 +296,12 @@ def logs(
         raise UsageError("--all gathers whole logs, --follow follows them: choose one")
     reached = reach(app, target, values, node=node, worker=worker)
     files = OutputFiles(output_dir, naming=OutputFiles.log_name) if output_dir else None
-    sink: Any = files or (None if app.machine_output else PrefixedOutput())
+    collected = LogCollector() if app.machine_output and files is None else None
+    sink: Any = files or collected or PrefixedOutput()
     wanted = None if whole else lines
-    raw = files is not None  # files hold the bytes as sent
+    raw = files is not None or collected is not None  # files and the JSON: the bytes as sent
     try:
-        if startup_job or (whole and run_id is None):
+        if startup_job:
             run_name = control.resolve_run_name(
                 reached.api, reached.target.name, reached.target.spec
             )
@@ -302,6 +317,9 @@ def logs(
             files.close()
     if files is not None:
         app.info(f"wrote {len(files.written)} logs into {output_dir}")
+    if collected is not None:
+        for worker_result in result:
+            worker_result.detail = collected.log(worker_result.target)
     result.interrupt_expected = follow  # Ctrl-C is how one stops following
     _finish(app, result, quiet_when_ok=True)
 
@@ -355,7 +373,7 @@ def upload(
     destination = remote_dir or f"~/{local_dir.resolve().name}"
     with FanoutProgress(app, "upload", len(fleet.targets)).shown() as progress:
         result = operations.upload(fleet, local_dir, destination, on_event=progress)
-    if result.transfer is not None:
+    if result.transfer is not None and result.succeeded:  # else the table says why
         app.info(
             f"uploaded {result.transfer.bytes} bytes (sha256 {result.transfer.sha256}) to "
             f"{destination} on {len(result.succeeded)}/{len(result)} workers"
@@ -402,8 +420,11 @@ def download(
             on_event=progress,
             on_bytes=progress.add_bytes,
         )
-    if result.transfer is not None and result.transfer.files is not None:
-        app.info(f"downloaded {result.transfer.files} entries into {local_dir}")
+    got = len(result.succeeded)
+    if result.transfer is not None and result.transfer.files is not None and got:
+        # Only when something came: the table says why a worker gave nothing.
+        workers = f" from {got} of {len(result)} workers" if got < len(result) else ""
+        app.info(f"downloaded {result.transfer.files} entries{workers} into {local_dir}")
     _finish(app, result)
 
 
@@ -442,15 +463,17 @@ def run(*, spec_path: str, overrides: tuple[str, ...], follow: bool, **values: A
         on_event=FanoutProgress(app, "run", len(fleet.targets)),  # retry notes; steps are lines
     )
     result = job.result
+    followed = False
     if job.run_id is not None:
         app.info(f"run {job.run_id} started on {len(result.succeeded)}/{len(result)} workers")
     if follow and not app.machine_output and job.run_id and not result.exit_code:
         first = fleet.only(fleet.targets[:1])
         app.info(f"following {first.targets[0].label}'s log (Ctrl-C stops following)")
-        followed = operations.run_logs(
+        following = operations.run_logs(
             first, job.run_id, lines=50, follow=True, on_output=PrefixedOutput()
         )
-        if followed.interrupted:
+        followed = True
+        if following.interrupted:
             stop = shlex.join(["tpuctl", "stop", spec.name, "--run", job.run_id])
             app.info(f"stopped following; the job keeps running ({stop})")
-    _finish(app, result)
+    _finish(app, result, output_on_stdout=followed)

@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from tpuctl import __version__
 from tpuctl.cli.context import FORMATS, AppContext
 from tpuctl.cli.streams import instruction_variable, silence
 from tpuctl.errors import ExitCode, Interrupted, TpuctlError
@@ -82,7 +81,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Run a command on every worker of every slice (or a shell on one).",
     ),
     "ps": ("tpuctl.cli.fanout_commands", "ps", "Status of detached runs on every worker."),
-    "logs": ("tpuctl.cli.fanout_commands", "logs", "Tail (or follow) the logs of a detached run."),
+    "logs": (
+        "tpuctl.cli.fanout_commands",
+        "logs",
+        "Tail, follow or gather a detached run's log on every worker (the job's with --job).",
+    ),
     "stop": (
         "tpuctl.cli.fanout_commands",
         "stop",
@@ -180,8 +183,20 @@ class LazyGroup(click.Group):
             answer_shell(self, ctx_args, prog_name, variable, instruction)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tpuctl")
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    invoke_without_command=True,  # for --version alone; a missing command is refused below
+    no_args_is_help=True,
+    subcommand_metavar="COMMAND [ARGS]...",
+)
+@click.option(
+    "--version",
+    "show_version",
+    is_flag=True,
+    default=False,
+    help="Show the version and exit (a Version document with --format json or yaml).",
+)
 @click.option(
     "--format",
     "output_format",
@@ -194,7 +209,9 @@ class LazyGroup(click.Group):
 @click.option("--quiet", "-q", is_flag=True, default=False, help="No progress or notes on stderr.")
 @click.option("--debug", is_flag=True, default=False, help="Show tracebacks for errors.")
 @click.pass_context
-def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> None:
+def cli(
+    ctx: click.Context, output_format: str, quiet: bool, debug: bool, show_version: bool
+) -> None:
     """Orchestrate Google Cloud TPU Queued Resources from one YAML job spec.
 
     Exit codes: 0 ok, 1 error, 2 invalid usage or spec, 3 a command failed on some workers,
@@ -203,6 +220,15 @@ def cli(ctx: click.Context, output_format: str, quiet: bool, debug: bool) -> Non
     unavailable, 130 interrupted.
     """
     ctx.obj = AppContext(output=output_format, debug=debug, quiet=quiet)  # type: ignore[arg-type]
+    # Not click's eager version option: that one prints before --format is read, whatever
+    # it says.
+    if show_version:
+        from tpuctl.cli.version import show_version as show
+
+        show()
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("Missing command.", ctx)
 
 
 def machine_format(argv: list[str]) -> str | None:

@@ -9,6 +9,7 @@ import click
 
 from tpuctl.cli.completion import complete_spec_path, complete_target
 from tpuctl.cli.context import FORMATS, AppContext
+from tpuctl.errors import quoted
 
 if TYPE_CHECKING:
     from tpuctl.fanout.operations import SshSettings
@@ -156,7 +157,7 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]  # generic only i
         except ValueError as error:
             self.fail(f"{error}; {DURATION_HINT}", param, ctx)
         if not (seconds > 0 or self.zero_ok):
-            self.fail(f"{value!r} is not a positive duration; {DURATION_HINT}", param, ctx)
+            self.fail(f"{quoted(value)} is not a positive duration; {DURATION_HINT}", param, ctx)
         return seconds
 
 

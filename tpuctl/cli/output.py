@@ -12,7 +12,7 @@ import click
 
 from tpuctl.cli.context import app_context
 from tpuctl.cli.format import Style
-from tpuctl.cli.views.table import fit_lines
+from tpuctl.cli.views.table import fit_lines, terminal_safe
 from tpuctl.envelope import Result, envelope, error_envelope, jsonable, to_json
 from tpuctl.errors import ExitCode, TpuctlError
 
@@ -25,11 +25,12 @@ def emit(
     view: View[R] | None = None,
     *,
     people_on_stderr: bool = False,
-    verbatim: bool = False,
+    exact: bool = False,
 ) -> None:
     """Print `result` (table, wide, json or yaml) and end the command with its exit code.
     `people_on_stderr`: the view goes to stderr (stdout carries the workers' own output).
-    `verbatim`: the view is a file's text, never wrapped to the terminal."""
+    The view's text is made safe for a terminal (control characters escaped) and its prose
+    wrapped to the terminal's width, unless `exact` (a script or command line to copy)."""
     app = app_context()
     if app.output == "json":
         write(to_json(envelope(result)) + "\n")
@@ -38,8 +39,10 @@ def emit(
     elif view is not None:
         style = app.style()
         text = view(result, style)
-        if style.width is not None and not verbatim:
-            text = fit_lines(text, style.width)
+        if not exact:
+            text = terminal_safe(text)
+            if style.width is not None and not style.wide:  # wide: every line whole
+                text = fit_lines(text, style.width)
         if people_on_stderr:
             sys.stderr.write(text)
             sys.stderr.flush()
@@ -49,7 +52,7 @@ def emit(
     if code != ExitCode.OK:
         error = result.exit_error()
         if error is not None:
-            sys.stderr.write(f"error: {error.one_line()}\n")
+            sys.stderr.write(f"error: {terminal_safe(error.one_line())}\n")
             sys.stderr.flush()
         # The result is already on stdout (one document with --format json): exit with the
         # code, without a second, error-shaped document.
@@ -62,7 +65,7 @@ def emit_error(error: TpuctlError, *, machine: str | None) -> None:
         write(to_json(error_envelope(error)) + "\n")
     elif machine == "yaml":
         write(to_yaml(error_envelope(error)))
-    sys.stderr.write(f"error: {error.one_line()}\n")
+    sys.stderr.write(f"error: {terminal_safe(error.one_line())}\n")
     sys.stderr.flush()
 
 

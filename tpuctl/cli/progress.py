@@ -7,7 +7,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,17 @@ if TYPE_CHECKING:
 
 
 class WaitProgress:
-    """Each state change with its UTC time on stderr; on a terminal a live line with the state
-    and how long it has lasted (rich's spinner, on stderr)."""
+    """Each state change with its UTC time on stderr; on a terminal a live line with the state,
+    how long it has lasted and how long tpuctl has waited (rich's spinner, on stderr), counted
+    when the line is drawn: it ticks between polls, which come up to a minute apart."""
 
-    def __init__(self, app: AppContext, name: str) -> None:
+    def __init__(
+        self, app: AppContext, name: str, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.app = app
         self.name = name
-        self._status: Any = None
+        self._clock = clock
+        self._seen: tuple[WatchEvent, float] | None = None  # the last event, when it came
 
     def __call__(self, event: WatchEvent) -> None:
         if event.kind == "state":
@@ -34,25 +39,39 @@ class WaitProgress:
             self.app.info(f"{rfc3339(event.at)} {self.name}: {arrow}")
         elif event.kind == "warning":
             self.app.warn(f"{self.name}: {event.message}")
-        if self._status is not None:
-            self._status.update(
-                f"{self.name}: {event.state} for {format_duration(event.in_state)} "
-                f"(waiting {format_duration(event.elapsed)})"
-            )
+        self._seen = (event, self._clock())
+
+    def line(self) -> str:
+        """The live line as of now: the last event's timers plus the time since it came."""
+        if self._seen is None:
+            return f"{self.name}: …"
+        event, came = self._seen
+        since = max(0.0, self._clock() - came)
+        return (
+            f"{self.name}: {event.state} for {_seconds(event.in_state + since)} "
+            f"(waiting {_seconds(event.elapsed + since)})"
+        )
+
+    def __rich__(self) -> str:
+        # rich draws this at every refresh of the live display: the line of that moment.
+        return self.line()
 
     @contextmanager
     def shown(self) -> Iterator[WaitProgress]:
-        """The live line while waiting (terminal only), with SIGTERM handled as Ctrl-C."""
+        """The live line while waiting (terminal only), redrawn four times a second, with
+        SIGTERM handled as Ctrl-C."""
         with sigterm_as_interrupt():
             if not self.app.animated:
                 yield self
                 return
-            with self.app.stderr.status(f"{self.name}: …") as status:
-                self._status = status
-                try:
-                    yield self
-                finally:
-                    self._status = None
+            with self.app.stderr.status(self, refresh_per_second=4):
+                yield self
+
+
+def _seconds(value: float) -> str:
+    """A live timer in whole seconds (tenths would flicker at every redraw)."""
+    whole = int(value)
+    return format_duration(float(whole)) if whole else "0s"
 
 
 @contextmanager

@@ -95,7 +95,8 @@ def render(
 
     spec = _load(spec_path, overrides).spec
     if what == "startup-script":  # the same on every project and zone: nothing to resolve
-        emit(Rendered("startup-script", startup_script=render_startup_script(spec)), rendered_view)
+        script = Rendered("startup-script", startup_script=render_startup_script(spec))
+        emit(script, rendered_view, exact=True)
         return
     location, warnings = offline_location(
         project_flag=project, zone_flag=zone, spec_project=spec.project, spec_zone=spec.zone
@@ -108,7 +109,7 @@ def render(
     else:
         request = render_request(spec, project=location.project, zone=location.zone)
         result.request = request_as_dict(request)
-    emit(result, rendered_view)
+    emit(result, rendered_view, exact=True)  # to copy or save: never wrapped
 
 
 @click.command()

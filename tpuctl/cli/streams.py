@@ -1,13 +1,16 @@
 """Our process's streams: where worker output goes while a fan-out runs (prefixed lines on our
-stdout/stderr, or one file per worker and stream), a stream silenced for good, and the variable
-through which a shell asks for completions."""
+stdout/stderr, one file per worker and stream, or each worker's log kept for the JSON
+document), a stream silenced for good, and the variable through which a shell asks for
+completions."""
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -70,6 +73,56 @@ class OutputFiles:
     def close(self) -> None:
         for handle in self._files.values():
             handle.close()
+
+
+# What `logs --format json` holds of one worker's log: beyond this the first bytes are left
+# out, and said (--output-dir keeps every byte of any size).
+LOG_JSON_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkerLog:
+    """A worker's log in the `logs` JSON (`detail`): the text, and the exact bytes in base64
+    when they are not UTF-8; `bytes` read, `cut_bytes` left out at its start (0: whole)."""
+
+    log: str
+    log_base64: str | None
+    bytes: int
+    cut_bytes: int
+
+
+class LogCollector:
+    """Each worker's log (its stdout, byte for byte) kept for the JSON document, up to `limit`
+    bytes each: the newest bytes kept, the number left out counted."""
+
+    def __init__(self, limit: int = LOG_JSON_LIMIT) -> None:
+        self.limit = limit
+        self._data: dict[tuple[str, int], bytearray] = {}
+        self._read: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, target: WorkerTarget, stream: str, data: bytes) -> None:
+        if stream != "stdout":
+            return  # stderr holds why a log could not be read: the worker's error
+        key = (target.node_id, target.worker)
+        with self._lock:
+            kept = self._data.setdefault(key, bytearray())
+            kept += data
+            self._read[key] = self._read.get(key, 0) + len(data)
+            if len(kept) > 2 * self.limit:
+                del kept[: len(kept) - self.limit]
+
+    def log(self, target: WorkerTarget) -> WorkerLog:
+        key = (target.node_id, target.worker)
+        with self._lock:
+            data = bytes(self._data.get(key, b""))[-self.limit :] if self.limit else b""
+            read = self._read.get(key, 0)
+        try:
+            text, exact = data.decode("utf-8"), None
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            exact = base64.b64encode(data).decode("ascii")
+        return WorkerLog(text, exact, read, read - len(data))
 
 
 def instruction_variable(prog_name: str) -> str:

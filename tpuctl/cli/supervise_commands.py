@@ -176,7 +176,7 @@ def supervise(
         for note in result.notes:
             app.info(f"note: {note}")
         _say_commands(result, printed=output_dir is None)
-    emit(result, supervisor_view, verbatim=True)
+    emit(result, supervisor_view, exact=True)
 
 
 @dataclass(frozen=True)

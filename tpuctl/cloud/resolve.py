@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuctl.errors import UsageError
+from tpuctl.errors import UsageError, quoted
 from tpuctl.spec.fields import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE
 
 EMULATOR_ENV = "TPU_EMULATOR_HOST"
@@ -106,7 +106,7 @@ def _parse_problem(exc: configparser.Error) -> str:
         return f"{exc.source}: line {exc.lineno}: a setting before any [section] header"
     if isinstance(exc, configparser.ParsingError) and exc.errors:
         line, text = exc.errors[0]
-        return f"{exc.source}: line {line}: cannot parse {text.strip()!r}"
+        return f"{exc.source}: line {line}: cannot parse {quoted(text.strip())}"
     return " ".join(str(exc).split())
 
 
@@ -209,7 +209,7 @@ def checked_project(project: str, source: str) -> str:
     nothing a shell or a resource name would misread reaches a request or a printed command."""
     if not re.fullmatch(PROJECT_PATTERN, project):
         raise UsageError(
-            f"{source}: {project!r} is not a valid project", hint=f"use {PROJECT_RULE}"
+            f"{source}: {quoted(project)} is not a valid project", hint=f"use {PROJECT_RULE}"
         )
     return project
 
@@ -217,7 +217,7 @@ def checked_project(project: str, source: str) -> str:
 def checked_zone(zone: str, source: str) -> str:
     """`zone` when it can be a zone name (or EVERY_ZONE); else a UsageError naming its source."""
     if zone != EVERY_ZONE and not re.fullmatch(ZONE_PATTERN, zone):
-        raise UsageError(f"{source}: {zone!r} is not a valid zone", hint=f"use {ZONE_RULE}")
+        raise UsageError(f"{source}: {quoted(zone)} is not a valid zone", hint=f"use {ZONE_RULE}")
     return zone
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import Enum
 
 from tpuctl.clock import Clock, format_duration
-from tpuctl.errors import ApiUnavailableError
+from tpuctl.errors import ApiUnavailableError, quoted
 
 # Everything up to the moment capacity is found: the queueing deadline covers these.
 QUEUE_STATES = frozenset({"STATE_UNSPECIFIED", "CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES"})
@@ -84,7 +84,9 @@ class WatchPolicy:
 
     def __post_init__(self) -> None:
         if self.until not in TARGETS:
-            raise ValueError(f"unknown target state {self.until!r}; one of {', '.join(TARGETS)}")
+            raise ValueError(
+                f"unknown target state {quoted(self.until)}; one of {', '.join(TARGETS)}"
+            )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tpuctl.errors import AuthError, UsageError
+from tpuctl.errors import AuthError, UsageError, quoted
 
 if TYPE_CHECKING:
     import paramiko
@@ -204,5 +204,5 @@ def _write_public(public: Path, line: str) -> None:
 
 def check_user(user: str) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", user):
-        raise UsageError(f"{user!r} is not a valid login name for ssh-keys metadata")
+        raise UsageError(f"{quoted(user)} is not a valid login name for ssh-keys metadata")
     return user

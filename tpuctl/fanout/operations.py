@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from tpuctl.errors import TpuctlError, UsageError
+from tpuctl.errors import TpuctlError, UsageError, quoted
 from tpuctl.fanout import remote
 from tpuctl.fanout.connection import ConnectOptions
 from tpuctl.fanout.engine import (
@@ -299,7 +299,7 @@ def _extract(archive_path: Path, destination: Path) -> list[str]:
         for member in members:
             target = (destination / member.name).resolve()
             if (root not in target.parents and target != root) or member.islnk():
-                raise TpuctlError(f"refusing to write {member.name!r} outside {destination}")
+                raise TpuctlError(f"refusing to write {quoted(member.name)} outside {destination}")
         if hasattr(tarfile, "data_filter"):
             archive.extractall(destination, filter="data")
         else:  # pragma: no cover - Python < 3.10.12

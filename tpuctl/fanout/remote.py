@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from tpuctl.errors import UsageError
+from tpuctl.errors import UsageError, quoted
 
 RUNS_DIR = "$HOME/.tpuctl/runs"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
@@ -33,7 +33,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     if not _RUN_ID.match(run_id) or run_id == "latest":
-        raise UsageError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+        raise UsageError(f"{quoted(run_id)} is not a run id (letters, digits, '.', '_', '-')")
     return run_id
 
 
@@ -46,7 +46,7 @@ def remote_path(path: str) -> str:
         rest = path[2:]
         return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
     if path.startswith("~"):
-        raise UsageError(f"{path!r}: only ~ and ~/… are understood, not ~user")
+        raise UsageError(f"{quoted(path)}: only ~ and ~/… are understood, not ~user")
     if path.startswith("/"):
         return '"${TPUCTL_VM_ROOT:-}"' + shlex.quote(path)
     return shlex.quote(path)
@@ -57,7 +57,7 @@ def env_exports(env: Mapping[str, str]) -> str:
     parts = []
     for name, value in env.items():
         if not _ENV_NAME.match(name):
-            raise UsageError(f"{name!r} is not a valid environment variable name")
+            raise UsageError(f"{quoted(name)} is not a valid environment variable name")
         if "\0" in value:
             raise UsageError(f"the value of {name} contains a NUL character")
         parts.append(f"export {name}={shlex.quote(value)}; ")
@@ -123,16 +123,19 @@ def start_script(run_id: str, command: str, *, workdir: str | None = None) -> st
     )
 
 
-def _resolve_run(run_id: str | None, *, pid: bool = True) -> str:
+_NO_RUN = 'echo "state=none run=$id"; exit 0'
+
+
+def _resolve_run(run_id: str | None, *, pid: bool = True, none: str = _NO_RUN) -> str:
     """POSIX sh: `$R` (the runs), `$id` (the run: `run_id`, else the latest), `$d` (its
-    directory) and, with `pid`, `$pid`; exits after `state=none run=…` when there is no such
-    run. Files are read by the read builtin (stderr redirected first: a missing file is no
-    error), not `$(cat …)`, a process each."""
+    directory) and, with `pid`, `$pid`; runs `none` (by default: exits after `state=none
+    run=…`) when there is no such run. Files are read by the read builtin (stderr redirected
+    first: a missing file is no error), not `$(cat …)`, a process each."""
     latest = '""; read -r id 2>/dev/null <"$R/latest"'
     chosen = shlex.quote(check_run_id(run_id)) if run_id else latest
     return (
         f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
-        'if [ -z "$id" ] || [ ! -d "$d" ]; then echo "state=none run=$id"; exit 0; fi; '
+        f'if [ -z "$id" ] || [ ! -d "$d" ]; then {none}; fi; '
         + ('pid=""; read -r pid 2>/dev/null <"$d/pid"; ' if pid else "")
     )
 
@@ -172,9 +175,22 @@ def status_script(run_id: str | None) -> str:
 
 def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
     """The last `lines` of the run's log (None: all of it); with `follow`, until the run's
-    process ends."""
+    process ends. No such run is a failure saying so on stderr: stdout is the log alone."""
+    missing = (
+        'if [ -n "$id" ]; then echo "no detached run $id here" >&2; '
+        'else echo "no detached run here (--job reads the startup job\'s log)" >&2; fi; exit 1'
+    )
+    # A run just started (`tpuctl run` follows at once) writes its directory and log from its
+    # own session, maybe after this reads them: following a named run waits for its log.
+    wait = (
+        f'i=0; while [ ! -e "{RUNS_DIR}"/{shlex.quote(check_run_id(run_id))}/log ] '
+        "&& [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
+        if follow and run_id
+        else ""
+    )
     return (
-        _resolve_run(run_id, pid=follow)
+        wait
+        + _resolve_run(run_id, pid=follow, none=missing)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
         + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )
@@ -290,13 +306,20 @@ def upload_script(remote_dir: str, sha256: str) -> str:
 
 
 def download_script(remote: str) -> str:
-    """A tar.gz of one file or directory on stdout (its last path component at the top)."""
+    """A tar.gz of one file or directory on stdout (its last path component at the top); a
+    path that is not there fails with `REMOTE: no such file or directory` on stderr (tar's own
+    last words would be only that it exited with a failure)."""
     stripped = remote.rstrip("/") or "/"
     parent, _, name = stripped.rpartition("/")
     if not name:
-        raise UsageError(f"cannot download {remote!r}: name a file or directory")
+        raise UsageError(f"cannot download {quoted(remote)}: name a file or directory")
     base = remote_path(parent or ("/" if stripped.startswith("/") else "."))
-    return f"tar -czf - -C {base} -- {shlex.quote(name)}"
+    word = shlex.quote(name)
+    missing = shlex.quote(f"{remote}: no such file or directory")
+    return (
+        f"cd {base} 2>/dev/null && {{ [ -e {word} ] || [ -L {word} ]; }} "
+        f"|| {{ echo {missing} >&2; exit 1; }}; tar -czf - -- {word}"
+    )
 
 
 # -------------------------------------------------------------------------------- TPU reset

@@ -95,6 +95,9 @@ class WorkerResult:
             "status": self.status,
             "stdout_tail": self.stdout.text(),
             "stderr_tail": self.stderr.text(),
+            # What the tails are the end of: a script sees whether anything was left out.
+            "stdout_bytes": self.stdout.total,
+            "stderr_bytes": self.stderr.total,
             "error": self.error,
             "detail": jsonable(self.detail),
         }

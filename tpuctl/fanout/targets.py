@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuctl.errors import TpuctlError, UsageError
+from tpuctl.errors import TpuctlError, UsageError, quoted
 
 SSH_PORT_ENV = "TPUCTL_SSH_PORT"
 DEFAULT_SSH_PORT = 22
@@ -67,11 +67,11 @@ def parse_selector(text: str, *, what: str = "worker") -> frozenset[int] | None:
                 chosen.add(int(part))
         except ValueError:
             raise UsageError(
-                f"bad --{what} value {text!r}: {part!r} is not an index or a range",
+                f"bad --{what} value {quoted(text)}: {quoted(part)} is not an index or a range",
                 hint=f"use all, 0, 1,3 or 0-7 (--{what})",
             ) from None
     if any(index < 0 for index in chosen):
-        raise UsageError(f"bad --{what} value {text!r}: indexes start at 0")
+        raise UsageError(f"bad --{what} value {quoted(text)}: indexes start at 0")
     return frozenset(chosen)
 
 
@@ -129,10 +129,10 @@ def ssh_port(flag: int | None, environ: Mapping[str, str] | None = None) -> int:
         try:
             port = int(raw)
         except ValueError:
-            raise UsageError(f"{SSH_PORT_ENV}={raw!r} is not a port number") from None
+            raise UsageError(f"{SSH_PORT_ENV}={quoted(raw)} is not a port number") from None
         if 0 < port < 65536:
             return port
-        raise UsageError(f"{SSH_PORT_ENV}={raw!r} is not a port number")
+        raise UsageError(f"{SSH_PORT_ENV}={quoted(raw)} is not a port number")
     return DEFAULT_SSH_PORT
 
 

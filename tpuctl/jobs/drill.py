@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tpuctl.clock import Clock
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES, WatchPolicy
-from tpuctl.errors import TpuctlError, UsageError
+from tpuctl.errors import TpuctlError, UsageError, quoted
 from tpuctl.jobs.adapters import (
     FanoutJobOps,
     JobOps,
@@ -80,7 +80,7 @@ class DrillEvent:
 def check_kind(kind: str, *, on_emulator: bool) -> None:
     """A UsageError for a drill that cannot be triggered where tpuctl is pointed."""
     if kind not in KINDS:
-        raise UsageError(f"unknown drill kind {kind!r}; one of {', '.join(KINDS)}")
+        raise UsageError(f"unknown drill kind {quoted(kind)}; one of {', '.join(KINDS)}")
     if kind != "maintenance" and not on_emulator:
         raise UsageError(
             f"a {kind} drill cannot be triggered against the real Cloud TPU API: there is "
@@ -202,8 +202,8 @@ class Drill:
         report.checkpoint_before = max(before_steps) if before_steps else None
         self.emit(
             "drill.start",
-            f"drill {kind} on {self.name}: job at step {report.step_before_trigger}, latest "
-            f"checkpoint {report.checkpoint_before}",
+            f"drill {kind} on {self.name}: job at step {report.step_before_trigger}; latest "
+            f"checkpoint: {_step_or(report.checkpoint_before, 'none yet')}",
             drill=kind,
             step=report.step_before_trigger,
             checkpoint_step=report.checkpoint_before,
@@ -371,3 +371,8 @@ def _bare_spec(name: str) -> Spec:
         job=JobSpec(command=""),
         source=name,
     )
+
+
+def _step_or(step: int | None, otherwise: str) -> str:
+    """A step for a message, or what to say when there is none (never `None`)."""
+    return otherwise if step is None else f"step {step}"

@@ -169,14 +169,22 @@ def judge_checkpoints(report: DrillReport, *, before_steps: set[int], at_restart
     resumed = report.resumed_from
     report.ok = before is None or (resumed is not None and resumed >= before)
     if report.ok:
-        report.verdict = (
-            f"ok: resumed from step {resumed}, not before the last checkpoint before the event "
-            f"({before}); the steps since it were recomputed, which only step lines would count"
-            if resumed is not None
-            else "ok: no checkpoint before the event, and the job started again from scratch"
-        )
+        if resumed is None:
+            report.verdict = (
+                "ok: no checkpoint before the event, and the job started again from scratch"
+            )
+        elif before is None:
+            report.verdict = (
+                f"ok: resumed from step {resumed}; there was no checkpoint before the event"
+            )
+        else:
+            report.verdict = (
+                f"ok: resumed from step {resumed}, not before the last checkpoint before the "
+                f"event ({before}); the steps since it were recomputed, which only step lines "
+                "would count"
+            )
     else:
         report.verdict = (
             f"FAILED: the checkpoint at step {before} was gone when the job ran again "
-            f"(latest then: {resumed})"
+            f"(it started from {'step ' + str(resumed) if resumed is not None else 'scratch'})"
         )

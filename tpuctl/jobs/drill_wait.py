@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tpuctl.errors import DeadlineError, TpuctlError
+from tpuctl.errors import DeadlineError, TpuctlError, quoted
 
 if TYPE_CHECKING:
     from tpuctl.clock import Clock
@@ -150,7 +150,7 @@ class DrillWaits:
                         report.step_before_trigger = latest
                         report.notes.append(
                             f"no step lines in the log of worker {observer.label} match "
-                            f"{inputs.pattern.pattern!r}: progress read from committed "
+                            f"{quoted(inputs.pattern.pattern)}: progress read from committed "
                             "checkpoints, so steps between checkpoints are not visible"
                         )
                         return boots
@@ -175,7 +175,7 @@ class DrillWaits:
         return TpuctlError(
             f"drill on {inputs.name}: cannot see the job's progress after "
             f"{inputs.progress_patience:g} s of it running: no line in the log of worker "
-            f"{observer.label} matches {inputs.pattern.pattern!r}, and {where}",
+            f"{observer.label} matches {quoted(inputs.pattern.pattern)}, and {where}",
             hint="give --step-pattern a regular expression whose first group is the step number "
             "in your trainer's log lines, or set checkpoint.dir where the job writes its "
             "checkpoints",

@@ -13,7 +13,7 @@ from tpuctl.clock import format_duration
 from tpuctl.cloud import nodes as cloud_nodes
 from tpuctl.cloud import oslogin
 from tpuctl.cloud.client import TpuApi
-from tpuctl.errors import UnreachableError, UsageError
+from tpuctl.errors import UnreachableError, UsageError, quoted
 from tpuctl.fanout.connection import ConnectOptions
 from tpuctl.fanout.keys import LocalKey, check_user, default_user, ensure_key
 from tpuctl.fanout.known_hosts import CHECKING_MODES, HostKeyPins, default_path
@@ -176,7 +176,7 @@ def host_key_checks(
     checking = settings.strict_host_key_checking
     if checking not in CHECKING_MODES:
         raise UsageError(
-            f"--strict-host-key-checking {checking!r}: use {', '.join(CHECKING_MODES)}"
+            f"--strict-host-key-checking {quoted(checking)}: use {', '.join(CHECKING_MODES)}"
         )
     if checking == "no":
         return targets, None

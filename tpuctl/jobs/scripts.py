@@ -13,7 +13,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from tpuctl import worker as contract
-from tpuctl.errors import UsageError
+from tpuctl.errors import UsageError, quoted
 from tpuctl.fanout.remote import TAIL_BYTES, bash_script, receive_archive, tail_command
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def workdir_word(workdir: str) -> str:
         rest = workdir[2:].strip("/")
         return '"$h"/' + shlex.quote(rest) if rest else '"$h"'
     if workdir.startswith("~"):
-        raise UsageError(f"job.workdir {workdir!r}: only ~ and ~/… are understood, not ~user")
+        raise UsageError(f"job.workdir {quoted(workdir)}: only ~ and ~/… are understood, not ~user")
     if workdir.startswith("/"):
         return '"${TPUCTL_VM_ROOT:-}"' + shlex.quote(workdir)
     return '"$h"/' + shlex.quote(workdir)

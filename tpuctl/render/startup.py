@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 
 from tpuctl import worker
-from tpuctl.errors import SpecError
+from tpuctl.errors import SpecError, quoted
 from tpuctl.spec.command import analyse
 from tpuctl.spec.frameworks import (
     Checkpointing,
@@ -106,7 +106,7 @@ def render_values(spec: Spec) -> str:
     for key, value in job.env.items():
         if not worker.is_env_name(key):
             raise SpecError(
-                f"{key!r} is not a valid environment variable name",
+                f"{quoted(key)} is not a valid environment variable name",
                 path=f"job.env.{key}",
                 hint="use letters, digits and _ and do not start with a digit",
             )

@@ -4,14 +4,14 @@ parallelism products, code locations) and the warnings worth showing."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from tpuctl.clock import format_duration, rfc3339
-from tpuctl.errors import SpecError
+from tpuctl.errors import SpecError, quoted
 from tpuctl.spec.check import Checker
 from tpuctl.spec.command import CommandShape, analyse, command_line, given_flags
 from tpuctl.spec.fields import field_at
@@ -58,6 +58,9 @@ _SECRET_NAME = re.compile(
 )
 
 
+T = TypeVar("T")
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(value)
@@ -101,40 +104,77 @@ class Builder:
         self.warnings.append(self.checker.warning(message, path))
 
     def build(self) -> Spec:
+        """The Spec. Every rule is judged whose fields are right (a rule over a section with
+        a mistake in it would only repeat that mistake), and every mistake, the checker's and
+        these, is raised together."""
         values = self.values
+        wrong = set(self.checker.wrong_sections())
         name: str = values["name"]
-        tpu, accelerator = self.tpu(values.section("tpu"))
-        checkpoint = self.checkpoint(values.section("checkpoint"))
+        built = self._attempt(lambda: self.tpu(values.section("tpu")), {"tpu"}, wrong, "tpu")
+        checkpoint = self._attempt(
+            lambda: self.checkpoint(values.section("checkpoint")),
+            {"checkpoint"},
+            wrong,
+            "checkpoint",
+        )
         job = None
         if "job" in values:
-            job, checkpoint = self.job(
-                values.section("job"), name, accelerator, tpu.slices, checkpoint
-            )
-            if tpu.metadata.get("startup-script") is not None:
+
+            def make_job() -> tuple[JobSpec, CheckpointSpec]:
+                assert built is not None and checkpoint is not None
+                tpu, accelerator = built
+                return self.job(values.section("job"), name, accelerator, tpu.slices, checkpoint)
+
+            made = self._attempt(make_job, {"job", "name", "tpu", "checkpoint"}, wrong, "job")
+            if made is not None:
+                job, checkpoint = made
+            if built is not None and built[0].metadata.get("startup-script") is not None:
                 self.warn(
                     "tpu.metadata.startup-script replaces tpuctl's startup script: the job "
                     "section is not run by it, and up, drill and done detection then rely on "
                     "your script keeping tpuctl's worker contract (status file, done marker)",
                     "tpu.metadata.startup-script",
                 )
-        self.check_checkpoint(checkpoint)
+        if checkpoint is not None:
+            settled = checkpoint
+            self._attempt(lambda: self.check_checkpoint(settled), {"checkpoint", "job"}, wrong)
         deadlines = values.section("deadlines")
         for key in ("queue", "provision"):
-            if key in deadlines and deadlines[key] <= timedelta(0):
-                raise self.error("a deadline must be longer than zero", f"deadlines.{key}")
+            if "deadlines" not in wrong and key in deadlines and deadlines[key] <= timedelta(0):
+                self.checker.record(
+                    self.error(
+                        "a deadline must be longer than zero",
+                        f"deadlines.{key}",
+                        "give a duration such as 30m or 2h, or leave it out for the default",
+                    )
+                )
         recovery = values.section("recovery")
-        capacity = self.capacity(values.section("capacity"))
-        zone = self.zone(values, capacity)
-        self.check_zone_policy(capacity, job, checkpoint, tpu)
-        if job is not None and job.target_step is not None and not checkpoint.dir:
-            raise self.error(
-                "target_step needs a checkpoint directory to find the committed steps in",
-                "job.target_step",
-                "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
-            )
+        capacity = self._attempt(
+            lambda: self.capacity(values.section("capacity")), {"capacity"}, wrong, "capacity"
+        )
+
+        def zone_of() -> str | None:
+            assert capacity is not None
+            return self.zone(values, capacity)
+
+        zone = self._attempt(zone_of, {"capacity", "zone"}, wrong, "zone")
+
+        def across_fields() -> None:
+            assert capacity is not None and checkpoint is not None and built is not None
+            self.check_zone_policy(capacity, job, checkpoint, built[0])
+            if job is not None and job.target_step is not None and not checkpoint.dir:
+                raise self.error(
+                    "target_step needs a checkpoint directory to find the committed steps in",
+                    "job.target_step",
+                    "set checkpoint.dir, e.g. gs://my-bucket/runs/NAME",
+                )
+
+        self._attempt(across_fields, {"capacity", "job", "checkpoint", "tpu"}, wrong)
+        self.checker.raise_recorded()
+        assert built is not None and checkpoint is not None and capacity is not None
         return Spec(
             name=name,
-            tpu=tpu,
+            tpu=built[0],
             capacity=capacity,
             checkpoint=checkpoint,
             job=job,
@@ -147,6 +187,23 @@ class Builder:
             zone=zone,
             source=self.checker.document.source,
         )
+
+    def _attempt(
+        self, step: Callable[[], T], needs: set[str], wrong: set[str], makes: str | None = None
+    ) -> T | None:
+        """`step`'s result, or None: when a section it `needs` is `wrong` (it is not judged),
+        or when it finds a mistake (recorded). Either way what it `makes` is wrong too."""
+        if needs & wrong:
+            if makes:
+                wrong.add(makes)
+            return None
+        try:
+            return step()
+        except SpecError as error:
+            self.checker.record(error)
+            if makes:
+                wrong.add(makes)
+            return None
 
     def tpu(self, tpu: Values) -> tuple[TpuSpec, Accelerator]:
         type_name: str | None = None
@@ -238,6 +295,7 @@ class Builder:
             raise self.error(
                 "valid_after is not before valid_until: the request could never be served",
                 "capacity.valid_after",
+                "make valid_after earlier than valid_until",
             )
         zones: tuple[str, ...] = capacity["zones"] or ()
         if "zones" in capacity and not zones:
@@ -409,7 +467,7 @@ class Builder:
         if "://" in code:
             if not code.startswith("gs://"):
                 raise self.error(
-                    f"unsupported code location {code!r}",
+                    f"unsupported code location {quoted(code)}",
                     "job.code",
                     "give a local directory or file, or gs://bucket/path/code.tar.gz",
                 )

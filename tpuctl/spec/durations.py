@@ -8,6 +8,7 @@ from datetime import date, datetime, timedelta
 
 from tpuctl.clock import DURATION_HINT
 from tpuctl.clock import parse_duration as duration_seconds
+from tpuctl.errors import quoted
 
 _RFC3339 = re.compile(
     r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]"
@@ -47,7 +48,7 @@ def parse_time_bound(value: object) -> timedelta | datetime:
         match = _RFC3339.fullmatch(value.strip())
         if match:
             return _rfc3339(match)
-    raise ValueError(f"neither a duration nor an RFC 3339 time: {value!r}")
+    raise ValueError(f"neither a duration nor an RFC 3339 time: {quoted(value)}")
 
 
 def _rfc3339(match: re.Match[str]) -> datetime:
@@ -58,4 +59,4 @@ def _rfc3339(match: re.Match[str]) -> datetime:
     try:
         return datetime.fromisoformat(text)
     except ValueError as exc:
-        raise ValueError(f"not a valid time: {match.group(0)!r} ({exc})") from None
+        raise ValueError(f"not a valid time: {quoted(match.group(0))} ({exc})") from None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tpuctl.errors import quoted
 from tpuctl.spec.command import given_flags
 from tpuctl.spec.model import Framework
 
@@ -204,8 +205,8 @@ def _adopt(
         adopted.conflicts.append(
             Conflict(
                 "job.command",
-                f"the command says {given!r} for {path.rsplit('.', maxsplit=1)[-1]}, "
-                f"but {path} is {explicit!r}",
+                f"the command says {quoted(given)} for {path.rsplit('.', maxsplit=1)[-1]}, "
+                f"but {path} is {quoted(explicit)}",
                 f"keep one: remove it from the command, or set {path}: {given}",
             )
         )

@@ -124,7 +124,7 @@ def load_spec_text(
     checker = Checker(document)
     values = checker.root()
     builder = Builder(checker, Values(values, ""), now)
-    spec = builder.build()
+    spec = builder.build()  # raises every mistake the checker and the builder recorded
     locations = {path: where for path, where in document.values.items() if path}
     return LoadedSpec(
         spec=spec,

@@ -11,7 +11,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from tpuctl.errors import SourceLocation, SpecError
+from tpuctl.errors import SourceLocation, SpecError, quoted
 
 # libyaml composes recursively in C and overflows the stack (a segfault, not an exception) on
 # tens of thousands of nested collections. Past this many nesting characters the pure-Python
@@ -128,7 +128,7 @@ def expand_variables(
         name = match["body"]
         if match["close"] is None or not _VARIABLE_NAME.fullmatch(name):
             raise SpecError(
-                f"invalid variable reference {match.group(0)!r}",
+                f"invalid variable reference {quoted(match.group(0))}",
                 location=location,
                 path=path,
                 hint="write ${NAME} with a variable name, or $${ for a literal ${",
@@ -282,7 +282,7 @@ class _Walker:
 
     def tag_error(self, node: yaml.Node, path: str) -> SpecError:
         return SpecError(
-            f"unsupported YAML tag {node.tag!r}",
+            f"unsupported YAML tag {quoted(node.tag)}",
             location=self.location(node),
             path=path or None,
             hint="remove the tag; a spec holds plain mappings, lists, strings, numbers, booleans",
@@ -307,7 +307,7 @@ class _Walker:
             return self.constructor.construct_object(node)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
             raise SpecError(
-                f"cannot read value {node.value!r}: {_one_line(str(exc))}",
+                f"cannot read value {quoted(node.value)}: {_one_line(str(exc))}",
                 location=self.location(node),
                 path=path or None,
                 hint="quote it to make it a string",
@@ -331,7 +331,7 @@ class _Walker:
             child = join_path(path, key)
             if key in result:
                 raise SpecError(
-                    f"duplicate key {key!r} (first at line {lines[key]})",
+                    f"duplicate key {quoted(key)} (first at line {lines[key]})",
                     location=self.location(key_node),
                     path=child,
                     hint="remove one of them; YAML would silently keep only the last",

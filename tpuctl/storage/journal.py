@@ -24,7 +24,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from tpuctl.clock import from_nanoseconds, rfc3339
-from tpuctl.errors import NotFoundError, UsageError
+from tpuctl.errors import NotFoundError, UsageError, quoted
 from tpuctl.worker import journal_dir
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class Journal:
         """Record one entry now; returns it (not written when the journal is disabled)."""
         if not _KIND.match(kind):
             raise UsageError(
-                f"{kind!r} is not a journal entry kind",
+                f"{quoted(kind)} is not a journal entry kind",
                 hint="lowercase letters, digits, '.', '_' and '-', e.g. qr.created",
             )
         payload = json.loads(json.dumps(fields, default=_jsonable))  # plain JSON values only

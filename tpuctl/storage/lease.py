@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpuctl.clock import Clock, format_duration, parse_rfc3339, rfc3339
-from tpuctl.errors import TpuctlError
+from tpuctl.errors import TpuctlError, quoted
 
 if TYPE_CHECKING:
     from tpuctl.storage.storage import Storage
@@ -83,7 +83,7 @@ class Holder:
         else:
             age = round(max(0.0, (now - self.heartbeat).total_seconds()))
             beat = "last heartbeat " + ("just now" if age < 1 else f"{format_duration(age)} ago")
-        return f"{self.command!r} on {self.host} (pid {self.pid}), {beat}"
+        return f"{quoted(self.command)} on {self.host} (pid {self.pid}), {beat}"
 
 
 class Lease:

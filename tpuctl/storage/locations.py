@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpuctl.errors import UsageError
+from tpuctl.errors import UsageError, quoted
 from tpuctl.storage.storage import LocalStorage, Storage
 
 
@@ -17,7 +17,7 @@ def open_location(url: str) -> Storage:
     if text.startswith("gs://"):
         bucket, _, prefix = text[len("gs://") :].partition("/")
         if not bucket:
-            raise UsageError(f"{url!r} names no bucket", hint="write gs://BUCKET/PATH")
+            raise UsageError(f"{quoted(url)} names no bucket", hint="write gs://BUCKET/PATH")
         from tpuctl.storage.gcs import GcsStorage
 
         return GcsStorage(bucket, prefix.strip("/"))

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
-from tpuctl.errors import AuthError, NotFoundError, TpuctlError, UsageError
+from tpuctl.errors import AuthError, NotFoundError, TpuctlError, UsageError, quoted
 from tpuctl.worker import join_location
 
 StorageKind = Literal["local", "gcs"]
@@ -107,7 +107,7 @@ def relative_path(path: str) -> str:
     if clean == ".":
         return ""
     if clean == ".." or clean.startswith("../"):
-        raise UsageError(f"path {path!r} leaves the checkpoint location")
+        raise UsageError(f"path {quoted(path)} leaves the checkpoint location")
     return clean
 
 

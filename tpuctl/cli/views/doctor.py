@@ -1,17 +1,17 @@
-"""The view of `tpuctl doctor`: one row per check, its mark, what was found and the fix."""
+"""The view of `tpuctl doctor`: one row per check, its mark, the zone when the run may queue in
+several, what was found; a check's fix on the line under it, whole."""
 
 from __future__ import annotations
 
-from tpuctl.cli.format import MISSING, Style
-from tpuctl.cli.views.table import Column, render
+from tpuctl.cli.format import Style
+from tpuctl.cli.views.table import Column, display_width, render
 from tpuctl.jobs.doctor import Check, Doctor
 
-DOCTOR_COLUMNS = (
-    Column("", identity=True),
-    Column("CHECK", identity=True),
-    Column("RESULT"),
-    Column("FIX"),
-)
+MARK = Column("", identity=True)
+CHECK = Column("CHECK", identity=True)
+ZONE = Column("ZONE", identity=True)  # with several zones, the checks of each are told apart
+# The last column: in a pipe no line is padded to the longest message.
+RESULT = Column("RESULT", shrink=True)
 
 
 def mark(check: Check) -> str:
@@ -24,9 +24,23 @@ def mark(check: Check) -> str:
 
 
 def doctor_view(result: Doctor, style: Style) -> str:
-    rows = [[mark(c), c.name, c.message, c.fix or MISSING] for c in result.checks]
-    table = render(DOCTOR_COLUMNS, rows, width=style.width, wide=style.wide)
-    where = f"{result.name} in {result.project}/{result.zone}"
+    zoned = len({check.zone for check in result.checks if check.zone}) > 1
+    columns = (MARK, CHECK, ZONE, RESULT) if zoned else (MARK, CHECK, RESULT)
+    rows = [
+        [mark(c), c.name, *([c.zone or "-"] if zoned else []), c.message] for c in result.checks
+    ]
+    header, *lines = render(columns, rows, width=style.width, wide=style.wide).splitlines()
+    # The fix goes under its row, where RESULT starts: a line of prose that wraps on a
+    # terminal, never shortened (a command to copy).
+    indent = " " * display_width(header[: header.index("RESULT")] if "RESULT" in header else "")
+    text = [header]
+    for check, line in zip(result.checks, lines, strict=True):
+        text.append(line)
+        if check.fix:
+            text.append(f"{indent}fix: {check.fix}")
+    zones = sorted({check.zone for check in result.checks if check.zone})
+    place = f"{result.project} ({len(zones)} zones)" if zoned else f"{result.project}/{result.zone}"
+    where = f"{result.name} in {place}"
     if result.emulator:
         where += " (emulator)"
     if result.ok:
@@ -35,4 +49,4 @@ def doctor_view(result: Doctor, style: Style) -> str:
         verdict = f"not ready: {result.blocking} check(s) block {where}"
     if result.warnings:
         verdict += f"; {result.warnings} warning(s)"
-    return f"{table}{verdict} ({result.elapsed_seconds:.1f} s)\n"
+    return "\n".join(text) + f"\n{verdict} ({result.elapsed_seconds:.1f} s)\n"

@@ -28,9 +28,9 @@ BASE = (
     Column("ADDRESS", wide=True),
     Column("STATUS"),
     Column("EXIT", align="right"),
-    Column("TIME", align="right"),
+    Column("TIME", align="right", drop=1),
 )
-NOTE = Column("LAST OUTPUT / ERROR")
+NOTE = Column("LAST OUTPUT / ERROR", shrink=True)
 
 
 def _run_state(worker: WorkerResult, _style: Style) -> list[object]:
@@ -49,10 +49,10 @@ def _delivery(worker: WorkerResult, _style: Style) -> list[object]:
 
 # operation → (its detail columns, how a worker's detail fills them), after the SSH columns
 DETAILS: dict[str, tuple[tuple[Column, ...], Detail]] = {
-    "detach": ((Column("RUN"), Column("PID"), Column("STATE")), _run_state),
-    "stop": ((Column("RUN"), Column("PID"), Column("STATE")), _run_state),
-    "deliver": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
-    "restart": ((Column("STARTUP"), Column("PID"), Column("STOPPED")), _delivery),
+    "detach": ((Column("RUN", drop=3), Column("PID", drop=2), Column("STATE")), _run_state),
+    "stop": ((Column("RUN", drop=3), Column("PID", drop=2), Column("STATE")), _run_state),
+    "deliver": ((Column("STARTUP"), Column("PID", drop=2), Column("STOPPED")), _delivery),
+    "restart": ((Column("STARTUP"), Column("PID", drop=2), Column("STOPPED")), _delivery),
 }
 
 
@@ -65,7 +65,7 @@ PROBE_HEAD = (
     Column("NODE", identity=True, wide=True),
     Column("ADDRESS", wide=True),
 )
-PROBE_TAIL = (Column("TIME", align="right", wide=True), Column("LAST OUTPUT"))
+PROBE_TAIL = (Column("TIME", align="right", wide=True), Column("LAST OUTPUT", shrink=True))
 
 
 def _probe_failed(worker: WorkerResult) -> str | None:
@@ -114,26 +114,28 @@ def _job_row(worker: WorkerResult, style: Style) -> list[object]:
     return [*job_cells(job, style), f"{worker.duration_s:.1f}s", job_note(job)]
 
 
+# A job's columns (ps --job, status --jobs); a narrow terminal leaves out the pid first.
+JOB_STATUS_COLUMNS = (
+    Column("STATE"),
+    Column("BOOT", align="right", drop=3),
+    Column("PID", drop=4),
+    Column("STARTED", drop=2),
+    Column("EXIT", align="right"),
+    Column("HEARTBEAT", drop=1),
+)
 PROBES: dict[str, tuple[tuple[Column, ...], Detail]] = {
     "ps": (
         (
-            Column("RUN"),
+            Column("RUN", drop=3),
             Column("STATE"),
-            Column("PID", align="right"),
-            Column("STARTED"),
+            Column("PID", align="right", drop=2),
+            Column("STARTED", drop=1),
             Column("EXIT", align="right"),
         ),
         _ps_row,
     ),
     "job-status": (
-        (
-            Column("STATE"),
-            Column("BOOT", align="right"),
-            Column("PID"),
-            Column("STARTED"),
-            Column("EXIT", align="right"),
-            Column("HEARTBEAT"),
-        ),
+        (*JOB_STATUS_COLUMNS,),
         _job_row,
     ),
 }
@@ -201,12 +203,19 @@ def _probe_state(worker: WorkerResult) -> str:
 
 
 def _note(worker: WorkerResult) -> str:
-    return worker.error or _last_line(worker.stderr.text()) or _last_line(worker.stdout.text())
+    """Why a worker is not ok, or its last words: for a command that exited non-zero (its
+    code has a column) what it last said, on stderr first."""
+    said = _last_line(worker.stderr.bytes()) or _last_line(worker.stdout.bytes())
+    if worker.status == "failed" and worker.error == f"exited with {worker.exit_code}":
+        return said or worker.error
+    return worker.error or said
 
 
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1] if lines else ""
+def _last_line(data: bytes) -> str:
+    """The output's last line; bytes that are not UTF-8 kept as surrogates, which the table
+    shows as `\\xNN` (as it shows control characters), not as �."""
+    lines = data.decode("utf-8", "surrogateescape").strip().split("\n")
+    return lines[-1]
 
 
 def summary_line(result: FanoutResult) -> str:

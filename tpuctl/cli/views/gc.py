@@ -11,11 +11,11 @@ GC_COLUMNS = (
     Column("NAME", identity=True),
     Column("ZONE", wide=True),
     Column("STATE"),
-    Column("AGE", align="right"),
+    Column("AGE", align="right", drop=1),
     Column("JOB"),
     Column("VERDICT"),
     Column("RESULT"),
-    Column("WHY"),
+    Column("WHY", shrink=True),
     Column("CREATED", wide=True),
 )
 

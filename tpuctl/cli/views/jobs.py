@@ -12,15 +12,15 @@ from tpuctl.storage.checkpoints import CheckpointReport
 
 TIMELINE_COLUMNS = (
     Column("PHASE"),
-    Column("ZONE"),
-    Column("FROM"),
-    Column("TO"),
+    Column("ZONE", drop=3),
+    Column("FROM", drop=1),
+    Column("TO", drop=2),
     Column("DURATION"),
 )
 DISRUPTION_COLUMNS = (
     Column("DISRUPTION"),
-    Column("DETECTED"),
-    Column("RUNNING AGAIN"),
+    Column("DETECTED", drop=2),
+    Column("RUNNING AGAIN", drop=1),
     Column("RECOVERY", align="right"),
     Column("RECOMPUTED", align="right"),
 )
@@ -29,9 +29,9 @@ CHECKPOINT_COLUMNS = (
     Column("STEP", identity=True, align="right"),
     Column("NAME", identity=True),
     Column("COMPLETE"),
-    Column("COMMITTED"),
-    Column("SAVE", align="right"),
-    Column("NOTES"),
+    Column("COMMITTED", drop=1),
+    Column("SAVE", align="right", drop=2),
+    Column("NOTES", shrink=True),
 )
 
 
@@ -63,7 +63,7 @@ def reconcile_view(result: ReconcileResult, _style: Style) -> str:
 def drill_view(report: DrillReport, style: Style) -> str:
     exact = "" if report.step_at_event_exact else " (lower bound)"
     boots = ", ".join(
-        f"{label} {report.boots_before.get(label)}→{boot}"
+        f"{label} {value(report.boots_before.get(label))}→{value(boot)}"
         for label, boot in report.boots_after.items()
     )
     text = pairs(

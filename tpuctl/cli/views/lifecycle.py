@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpuctl.cli.format import MISSING, Style, value
-from tpuctl.cli.views.fanout import job_cells, job_note
+from tpuctl.cli.views.fanout import JOB_STATUS_COLUMNS, job_cells, job_note
 from tpuctl.cli.views.table import Column, render
 from tpuctl.cloud.describe import QueuedResourceList, QueuedResourceStatus, WorkerAddress
 from tpuctl.cloud.results import CreateResult, DeleteResult, ResetResult, WaitResult
@@ -18,28 +18,23 @@ NODE_COLUMNS = (
     Column("STATE"),
     Column("HEALTH"),
     Column("WORKER", identity=True, align="right"),
-    Column("INTERNAL IP", minimum=15, drop=1),
-    Column("EXTERNAL IP", minimum=15, drop=2),
+    Column("INTERNAL IP", drop=1),
+    Column("EXTERNAL IP", drop=2),
 )
 JOB_COLUMNS = (
     Column("SLICE/WORKER", identity=True),
-    Column("STATE"),
-    Column("BOOT", align="right"),
-    Column("PID"),
-    Column("STARTED"),
-    Column("EXIT", align="right"),
-    Column("HEARTBEAT"),
-    Column("LAST OUTPUT / REASON"),
+    *JOB_STATUS_COLUMNS,
+    Column("LAST OUTPUT / REASON", shrink=True),
     Column("NODE", wide=True),
 )
 LIST_COLUMNS = (
     Column("NAME", identity=True),
     Column("STATE"),
     Column("ACCELERATOR"),
-    Column("SLICES", align="right"),
-    Column("TIER"),
-    Column("CREATED"),
-    Column("JOB"),
+    Column("SLICES", align="right", drop=2),
+    Column("TIER", drop=3),
+    Column("CREATED", drop=1),
+    Column("JOB", drop=4),  # most often the queued resource's own name
     Column("ZONE", wide=True),
 )
 

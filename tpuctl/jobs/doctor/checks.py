@@ -28,13 +28,15 @@ class PreflightError(TpuctlError):
 @dataclass
 class Check:
     """One line of the doctor: `ok` or not; how much it matters when not (`severity`); what
-    was found (`message`); what to do (`fix`)."""
+    was found (`message`); what to do (`fix`); the zone it is about (`zone`: the checks each
+    zone a run may queue in has, else None)."""
 
     name: str
     ok: bool
     severity: Severity
     message: str
     fix: str | None = None
+    zone: str | None = None
 
     @property
     def blocks(self) -> bool:

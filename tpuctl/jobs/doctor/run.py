@@ -113,11 +113,11 @@ def _remote_checks(inputs: Inputs, preflight: bool) -> list[Check]:
         groups: list[Future[list[Check]]] = []
         every_zone = zone_inputs(inputs)
         for where in every_zone:
-            groups.append(pool.submit(_guarded, "accelerator", accelerator_check, where))
-            groups.append(pool.submit(_guarded, "runtime", runtime_checks, where))
-            groups.append(pool.submit(_guarded, "reservation", reservation_checks, where))
+            groups.append(pool.submit(_zoned, "accelerator", accelerator_check, where))
+            groups.append(pool.submit(_zoned, "runtime", runtime_checks, where))
+            groups.append(pool.submit(_zoned, "reservation", reservation_checks, where))
             if not preflight:
-                groups.append(pool.submit(_guarded, "quota", quota_check, where))
+                groups.append(pool.submit(_zoned, "quota", quota_check, where))
         zones = [where.zone for where in every_zone]
         groups.append(pool.submit(_guarded, "bucket", bucket_checks, inputs, project_number, zones))
         if not preflight:
@@ -143,6 +143,11 @@ def zone_inputs(inputs: Inputs) -> list[Inputs]:
         )
         for zone in zones
     ]
+
+
+def _zoned(name: str, check: Callable[[Inputs], list[Check]], inputs: Inputs) -> list[Check]:
+    """A check of one zone, each of its lines saying which."""
+    return [replace(item, zone=inputs.zone) for item in _guarded(name, check, inputs)]
 
 
 def _guarded(name: str, check: Callable[..., list[Check]], *args: Any) -> list[Check]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tpuctl.errors import ExitCode, TpuctlError
@@ -67,7 +68,7 @@ def bucket_checks(
             data_locations=data_locations,
         )
         where = f" in {zone}" if len(zones) > 1 else ""
-        checks.append(_placement_check(bucket, location, placement, where))
+        checks.append(replace(_placement_check(bucket, location, placement, where), zone=zone))
     checks.append(_write_check(inputs, name, project_number()))
     return checks
 

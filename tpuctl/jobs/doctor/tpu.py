@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from tpuctl.errors import quoted
 from tpuctl.jobs.doctor.checks import (
     Check,
     Inputs,
@@ -111,7 +112,7 @@ def runtime_checks(inputs: Inputs) -> list[Check]:
             if close
             else f"set tpu.runtime to one of: {_some(sorted(offered), 12)}"
         )
-        message = f"runtime version {runtime!r} is not offered in {inputs.zone}"
+        message = f"runtime version {quoted(runtime)} is not offered in {inputs.zone}"
         return [blocked("runtime", message, fix)]
     checks = [passed("runtime", f"{runtime} is offered in {inputs.zone}")]
     try:
@@ -133,7 +134,7 @@ def reservation_checks(inputs: Inputs) -> list[Check]:
     found = [r for r in reservations if wanted is None or _names(r.name, wanted)]
     where = f"{inputs.project}/{inputs.zone}"
     if not found:
-        what = f"reservation {wanted!r}" if wanted else "TPU reservation"
+        what = f"reservation {quoted(wanted)}" if wanted else "TPU reservation"
         names = [r.name.rsplit("/", 1)[-1] for r in reservations]
         listed = f" (there: {_some(names)})" if names else ""
         fix = (
