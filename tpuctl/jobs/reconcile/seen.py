@@ -13,9 +13,12 @@ from tpuctl.cloud.watcher import GONE
 
 @dataclass(frozen=True)
 class SliceSeen:
-    """The run's queued resource in one zone. `incarnation` tells one creation of it from the
-    next (the zone and the API's create time); `disruption` says why its nodes are not
-    settled (read only for an ACTIVE one), None when they are."""
+    """The run's slice set in one zone (a queued resource, or Compute Engine instances): its
+    state in the queued resource's vocabulary (CREATING, WAITING_FOR_RESOURCES, PROVISIONING,
+    ACTIVE, SUSPENDING, SUSPENDED, FAILED, DELETING, or DELETED when there is none).
+    `incarnation` tells one creation of it from the next (the zone and the API's create time);
+    `disruption` says why its nodes are not settled (read only for an ACTIVE one), None when
+    they are."""
 
     zone: str
     state: str = GONE
@@ -24,6 +27,8 @@ class SliceSeen:
     incarnation: str | None = None
     created_at: datetime | None = None
     disruption: str | None = None
+    # When the platform takes it back (a flex-start run's maximum run duration), if it will.
+    termination_time: datetime | None = None
 
     @property
     def present(self) -> bool:
@@ -37,6 +42,7 @@ class SliceSeen:
             "failure": self.failure,
             "incarnation": self.incarnation,
             "disruption": self.disruption,
+            "termination_time": self.termination_time,
         }
 
 

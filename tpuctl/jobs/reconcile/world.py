@@ -388,15 +388,7 @@ def _read_workers(world: World, active: SliceSeen) -> list[WorkerSeen]:
 
 
 def _with_disruption(seen: SliceSeen, disruption: str | None) -> SliceSeen:
-    return SliceSeen(
-        zone=seen.zone,
-        state=seen.state,
-        initiator=seen.initiator,
-        failure=seen.failure,
-        incarnation=seen.incarnation,
-        created_at=seen.created_at,
-        disruption=disruption,
-    )
+    return replace(seen, disruption=disruption)
 
 
 # ----------------------------------------------------------------------------------- act
