@@ -34,6 +34,7 @@ class FakeZone:
     settled: bool = True
     undeletable: bool = False  # deletes cannot be sent (the API refuses them)
     refuses: bool = False  # creates are refused: RESOURCE_EXHAUSTED (no quota or capacity)
+    run_for: float | None = None  # flex-start: taken back this long after its creation
     creates: int = 0
     deletes: int = 0
 
@@ -73,6 +74,15 @@ class FakeSlices:
             zone.state = zone.next_state
             if zone.state == "ACTIVE" and self.on_ready is not None:
                 self.on_ready()
+        end = self._termination(zone)
+        if end is not None and now >= end and zone.state == "ACTIVE":
+            zone.state, zone.initiator = "SUSPENDED", "SERVICE"
+
+    @staticmethod
+    def _termination(zone: FakeZone) -> float | None:
+        if zone.run_for is None or zone.created_at is None:
+            return None
+        return zone.created_at + zone.ready_after + zone.run_for
 
     def look(self, zone: str) -> SliceSeen:
         self._call()
@@ -81,6 +91,7 @@ class FakeSlices:
         if fake.state == GONE:
             return SliceSeen(zone)
         created = T0 + timedelta(seconds=fake.created_at or 0.0)
+        end = self._termination(fake)
         return SliceSeen(
             zone=zone,
             state=fake.state,
@@ -88,6 +99,7 @@ class FakeSlices:
             failure=fake.failure,
             incarnation=f"{zone}@{fake.creates}",
             created_at=created,
+            termination_time=None if end is None else T0 + timedelta(seconds=end),
         )
 
     def disruption(self, zone: str) -> str | None:

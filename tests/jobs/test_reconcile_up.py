@@ -153,6 +153,31 @@ def test_failed_after_active_is_recovered_like_a_preemption() -> None:
     assert result.outcome == "done"
 
 
+def test_a_flex_start_run_that_reaches_its_end_is_followed_by_a_new_run() -> None:
+    """The platform takes a flex-start slice back at its maximum run duration: neither a
+    preemption (no budget spent) nor a failure (the job stopped to save just before it)."""
+    run = Run(spec=spec(max_preemptions=0, max_failures=0))
+    run.qr.zone("z").run_for = 30.0
+
+    def stopped_to_save() -> None:  # the startup script's SIGTERM ahead of the end
+        run.jobs.set("exited", 0, signalled=True)
+
+    run.time.at(25, stopped_to_save)
+
+    def second_run_done() -> None:
+        run.qr.zone("z").run_for = None
+        run.record.done = True
+
+    run.time.at(55, second_run_done)
+    result = run.run()
+    assert result.outcome == "done" and result.preemptions == 0 and result.failures == 0
+    kinds = run.journal.kinds
+    assert kinds.count("run.ended") == 1 and "preemption.detected" not in kinds
+    assert "job.failed" not in kinds and "job.disrupted" in kinds
+    assert run.qr.zone("z").creates == 2 and run.journal.of("qr.recreated")
+    assert "maximum run duration" in run.journal.of("run.ended")[0]["message"]
+
+
 def test_a_job_failure_is_restarted_within_the_budget_then_exit_3() -> None:
     run = Run(spec=spec(max_failures=1))
     run.record.steps = [10]

@@ -22,12 +22,12 @@ Every decision is one action; what the step must remember goes to the journal as
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from tpuctl import worker as contract
-from tpuctl.clock import format_duration, parse_rfc3339
+from tpuctl.clock import format_duration, parse_rfc3339, rfc3339
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES
 from tpuctl.errors import ExitCode
 from tpuctl.jobs.reconcile.record import RunRecord
@@ -56,6 +56,10 @@ OUTAGE_SAY_EVERY = 30.0  # seconds between "the API is unavailable" notes
 WAIT_SAY_AGAIN = 600.0  # a wait that lasts is said again after this long
 FAST = 1.0  # seconds to the next step while something changes
 REDELIVER_AFTER = 60.0  # a delivered job still waiting for its code is delivered again
+# A slice set taken back this close to its termination time ended its run (flex-start), and a
+# job that ended this close before it was stopped for it: neither is a preemption or a failure.
+TIME_UP_SLACK = 60.0
+END_NEAR = 600.0
 
 
 @dataclass(frozen=True)
@@ -390,7 +394,10 @@ class _Decider:
         return self._create((zone,))
 
     def _create(self, zones: tuple[str, ...]) -> Decision:
-        again = self.record.preemptions if self.record.recovering == "preemption" else None
+        recovering = self.record.recovering
+        again = self.record.preemptions if recovering == "preemption" else None
+        if recovering == "run end":
+            again = len(self.record.run_ends)
         where = f" in {', '.join(zones)}" if len(self.policy.zones) > 1 else ""
         verb = "creating again" if again else "creating"
         return self.make(
@@ -671,6 +678,8 @@ class _Decider:
         """SUSPENDED (spot preemption), or FAILED after ACTIVE: deleted, then created again
         under the same run name, so the job resumes; counted once per incarnation."""
         incarnation = current.incarnation or current.zone
+        if self._time_is_up(current):
+            return self._run_ended(current, incarnation)
         if incarnation in self.record.preempted:
             count = self.record.preemptions
             if count > self.policy.max_preemptions:
@@ -687,6 +696,35 @@ class _Decider:
             else f"{current.state}: {current.failure}"
         )
         return self._count_preemption(current.zone, incarnation, current.state, cause, current)
+
+    def _time_is_up(self, current: SliceSeen, slack: float = TIME_UP_SLACK) -> bool:
+        end = current.termination_time
+        return end is not None and (end - self.now).total_seconds() <= slack
+
+    def _run_ended(self, current: SliceSeen, incarnation: str) -> Decision:
+        """A flex-start run reached its maximum run duration and was taken back: the job
+        saved before it (the startup script stops it ahead of the end); a new run under the
+        same run name resumes it."""
+        if incarnation not in self.record.run_ends:
+            ends = len(self.record.run_ends) + 1
+            when = rfc3339(current.termination_time) if current.termination_time else "?"
+            self.note(
+                "run.ended",
+                f"{self.name}'s run {ends} reached its maximum run duration (at {when}) and was "
+                "taken back: not a preemption nor a failure; a new run resumes the job",
+                zone=current.zone,
+                incarnation=incarnation,
+                count=ends,
+                termination_time=current.termination_time,
+                checkpoint_step=self.seen.latest_step,
+                last_step=self._last_step(),
+            )
+        return self.make(
+            DELETE,
+            f"deleted {self.name}: its run's time was up; a new run follows",
+            zones=(current.zone,),
+            why="its run's time was up",
+        )
 
     def _count_preemption(
         self,
@@ -927,7 +965,15 @@ class _Decider:
                 exit_codes=codes,
             )
             return self.make(WAIT, f"{self.name}: the job ended; settling", next_in=FAST)
-        if current.disruption is not None:
+        disruption = current.disruption
+        end = current.termination_time
+        if disruption is None and end is not None and self._time_is_up(current, END_NEAR):
+            disruption = (
+                f"the run's time is up at {rfc3339(end)} (its maximum run duration): the job "
+                "was stopped to save before it"
+            )
+        if disruption is not None:
+            current = replace(current, disruption=disruption)
             if current.disruption != record.ended.disruption:
                 self.note(
                     "job.disrupted",

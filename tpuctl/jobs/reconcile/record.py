@@ -60,6 +60,8 @@ class RunRecord:
     kept: bool = False  # it ended with its queued resource kept (--keep): nothing to delete
     # Budgets, counted once per key.
     preempted: list[str] = field(default_factory=list)  # incarnations counted
+    # Incarnations a flex-start run's end took back (neither a preemption nor a failure).
+    run_ends: list[str] = field(default_factory=list)
     failed_endings: list[str] = field(default_factory=list)
     restarts: int = 0
     restart_steps: list[int | None] = field(default_factory=list)
@@ -228,6 +230,18 @@ def _disruption_of_slice(record: RunRecord, _at: datetime, fields: Mapping[str, 
     _forget_job(record)
 
 
+def _run_ended(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -> None:
+    """A flex-start run's time was up: counted apart from preemptions; a new run follows."""
+    incarnation = str(fields.get("incarnation") or "")
+    if incarnation and incarnation not in record.run_ends:
+        record.run_ends.append(incarnation)
+    record.round_given_up = []
+    record.round_outcomes = {}
+    record.racing = False
+    record.recovering = "run end"
+    _forget_job(record)
+
+
 def _forget_job(record: RunRecord) -> None:
     record.job_started_at = None
     record.job_incarnation = None
@@ -329,6 +343,7 @@ _HANDLERS: dict[str, Any] = {
     "zone.race": _race(True),
     "zone.chosen": _race(False),
     "preemption.detected": _disruption_of_slice,
+    "run.ended": _run_ended,
     "job.started": _job_started,
     "job.start_failed": _start_failed,
     "job.running": _job_running,
