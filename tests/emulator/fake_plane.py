@@ -41,6 +41,7 @@ class FakeNode:
     stops: list[float | None] = field(default_factory=list)
     disks: int = 1
     ssh_faults: dict[int, str | None] = field(default_factory=dict)
+    scheduling: dict[str, str] = field(default_factory=dict)
 
 
 class FakeWorkerPlane:
@@ -74,6 +75,10 @@ class FakeWorkerPlane:
     def set_metadata(self, node_id: str, metadata: dict[str, str]) -> None:
         with self._lock:
             self.nodes[node_id].metadata = dict(metadata)
+
+    def set_scheduling(self, node_id: str, scheduling: dict[str, str]) -> None:
+        with self._lock:
+            self.nodes[node_id].scheduling = dict(scheduling)
 
     def boot(self, node_id: str) -> None:
         with self._lock:

@@ -1,4 +1,4 @@
-"""`tpuctl emulator …` through the CLI: start prints two lines and leaves nothing behind."""
+"""`tpuctl emulator …` through the CLI: start prints its exports and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -41,10 +41,25 @@ def test_start_prints_its_exports_and_sigterm_leaves_no_process(tmp_path: Path) 
     )
     try:
         exports = _read_exports(process, 60)
-        assert set(exports) == {"TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT"}
+        assert set(exports) == {
+            "TPU_EMULATOR_HOST",
+            "TPUCTL_SSH_PORT",
+            "TPUCTL_COMPUTE_ENDPOINT",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE",
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS",
+        }
         assert exports["TPU_EMULATOR_HOST"].startswith("127.0.0.1:")
         assert int(exports["TPUCTL_SSH_PORT"]) > 0
         assert exports["TPUCTL_COMPUTE_ENDPOINT"].startswith("http://127.0.0.1:")
+        # gcloud's settings: its REST endpoints (with the trailing slash it joins paths to)
+        # and no credentials.
+        assert re.fullmatch(
+            r"http://127\.0\.0\.1:\d+/", exports["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"]
+        )
+        compute = exports["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"]
+        assert compute == exports["TPUCTL_COMPUTE_ENDPOINT"] + "/"
+        assert exports["CLOUDSDK_AUTH_DISABLE_CREDENTIALS"] == "true"
         handle = EmulatorProcess(tmp_path / "unused")
         handle.host = exports["TPU_EMULATOR_HOST"]
         state_dir = Path(handle.admin.status()["state_dir"])

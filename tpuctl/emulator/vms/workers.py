@@ -233,6 +233,12 @@ class WorkerPlane:
             for worker in node.workers:
                 worker.refresh_authorized_keys()
 
+    def set_scheduling(self, node_id: str, scheduling: dict[str, str]) -> None:
+        """Replace what the workers serve under instance/scheduling/ besides `preemptible`."""
+        with self._locked(node_id) as node:
+            node.scheduling = dict(scheduling)
+            node.version += 1
+
     def boot(self, node_id: str) -> None:
         """One boot of every worker: count it and start the startup script, as the guest agent."""
         with self._locked(node_id) as node:
