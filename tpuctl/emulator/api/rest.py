@@ -79,10 +79,6 @@ SYSTEM_PARAMETERS = frozenset(
 )
 _PATH = re.compile(r"^/(v2alpha1|v2)/(projects/[^:]+?)(?::([A-Za-z]+))?$")
 _EMPTY = "type.googleapis.com/google.protobuf.Empty"
-# Only the alpha has these (the v2 discovery document lacks them).
-_ALPHA_ONLY = frozenset(
-    {"reservations", "simulateMaintenanceEvent", "getMaintenanceInfo", "performMaintenance"}
-)
 
 
 @dataclass
@@ -129,6 +125,7 @@ class Method:
     rpc: str = ""
     mutates: bool = False
     creates: str = ""  # the query parameter naming the resource a create makes
+    alpha_only: bool = False  # v2 has no such method
 
 
 @dataclass
@@ -217,8 +214,7 @@ class TpuRestApi:
         else:
             raise _no_such_url(path)
         method = self._routes.get(key)
-        alpha_only = _ALPHA_ONLY & {verb, *parts[4:5]}
-        if method is None or (version == "v2" and alpha_only):
+        if method is None or (version == "v2" and method.alpha_only):
             raise _no_such_url(path)
         body: Any = None
         if http_method in ("POST", "PATCH"):
@@ -307,10 +303,10 @@ class TpuRestApi:
                 self.reset_queued_resource, f"{qr}.reset", rpc="ResetQueuedResource", mutates=True
             ),
             ("item", "queuedResources", "getMaintenanceInfo", "GET"): Method(
-                _unimplemented, f"{qr}.getMaintenanceInfo"
+                _unimplemented, f"{qr}.getMaintenanceInfo", alpha_only=True
             ),
             ("item", "queuedResources", "performMaintenanceQueuedResource", "POST"): Method(
-                _unimplemented, f"{qr}.performMaintenanceQueuedResource"
+                _unimplemented, f"{qr}.performMaintenanceQueuedResource", alpha_only=True
             ),
             # nodes
             ("collection", "nodes", "", "GET"): Method(
@@ -342,6 +338,7 @@ class TpuRestApi:
                 f"{nodes}.simulateMaintenanceEvent",
                 rpc="SimulateMaintenanceEvent",
                 mutates=True,
+                alpha_only=True,
             ),
             ("item", "nodes", "start", "POST"): Method(
                 self.start_node, f"{nodes}.start", rpc="StartNode", mutates=True
@@ -350,7 +347,7 @@ class TpuRestApi:
                 self.stop_node, f"{nodes}.stop", rpc="StopNode", mutates=True
             ),
             ("item", "nodes", "performMaintenance", "POST"): Method(
-                _unimplemented, f"{nodes}.performMaintenance"
+                _unimplemented, f"{nodes}.performMaintenance", alpha_only=True
             ),
             # operations
             ("collection", "operations", "", "GET"): Method(
@@ -396,6 +393,7 @@ class TpuRestApi:
                 "tpu.projects.locations.reservations.list",
                 paging,
                 "ListReservations",
+                alpha_only=True,
             ),
         }
 
