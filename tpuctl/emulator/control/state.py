@@ -556,7 +556,7 @@ class CloudTpu:
             return {
                 "speed": rt.clock.speed,
                 "capacity": rt.pools.snapshot(),
-                "flex_start_capacity": rt.flex_pools.snapshot(),
+                "flex_start": {"capacity": rt.flex_pools.snapshot()},
                 "queued_resources": [
                     {
                         "name": qr.name,
