@@ -521,8 +521,9 @@ def test_gclouds_spot_body_is_spot(emulator: EmulatorProcess, client: Any, paren
 # ------------------------------------------------------------------- flex-start end
 FLEX_SCRIPT = """#!/bin/bash
 md() {{ curl -s -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/$1"; }}
-md instance/scheduling/termination-time > "{record}/termination-time"
 echo "$TPUCTL_EMULATOR_SPEED" > "{record}/speed"
+md instance/scheduling/termination-time > "{record}/reading"
+mv "{record}/reading" "{record}/termination-time"
 nohup setsid bash -c \\
   'trap "echo term > {record}/signal; exit 0" TERM; while :; do sleep 0.1; done' >/dev/null 2>&1 &
 """
@@ -571,8 +572,8 @@ def test_flex_start_waits_for_its_pool_then_is_taken_back_at_its_termination_tim
     provisioning = [e for e in admin.events() if e["qr"] == name and e["detail"] == "PROVISIONING"]
     started = _rfc3339(provisioning[0]["timestamp"])
     assert abs((_rfc3339(end) - started).total_seconds() - 600 / 20) < 1.0
-    recorded = tmp_path / "termination-time"
-    wait_until(lambda: recorded.exists() and recorded.read_text(), "the startup script")
+    recorded = tmp_path / "termination-time"  # written last, whole (mv)
+    wait_until(recorded.exists, "the startup script")
     assert recorded.read_text() == end  # what the metadata server serves
     assert (tmp_path / "speed").read_text().strip() == "20"
 

@@ -141,8 +141,8 @@ def _split(
                 raise unknown_field(key, where)
         field = descriptor.fields_by_camelcase_name.get(name) or descriptor.fields_by_name.get(name)
         if field is not None:
-            known[field.json_name] = _split_field(field, value, version, f"{where}.{field.name}")
-            nested = _nested_extras(field, value, version, f"{where}.{field.name}")
+            at = f"{where}.{field.name}"
+            known[field.json_name], nested = _split_value(field, value, version, at)
             if nested:
                 extras[field.json_name] = nested
             continue
@@ -164,35 +164,23 @@ def _is_message(field: FieldDescriptor) -> bool:
     return not kind.full_name.startswith(("google.protobuf.", "google.type."))
 
 
-def _split_field(field: FieldDescriptor, value: Any, version: str, where: str) -> Any:
+def _split_value(field: FieldDescriptor, value: Any, version: str, where: str) -> tuple[Any, Any]:
+    """(the value for the message, its REST-only fields or None) of one field's JSON."""
     if not _is_message(field):
-        return value
+        return value, None
     if field.is_repeated and isinstance(value, list):
-        return [
-            _split(item, field.message_type, version, f"{where}[{index}]")[0]
+        pairs = [
+            _split(item, field.message_type, version, f"{where}[{index}]")
             if isinstance(item, dict)
-            else item
+            else (item, {})
             for index, item in enumerate(value)
         ]
+        extras = [extra for _, extra in pairs]
+        return [known for known, _ in pairs], extras if any(extras) else None
     if isinstance(value, dict):
-        return _split(value, field.message_type, version, where)[0]
-    return value  # ParseDict reports the wrong type
-
-
-def _nested_extras(field: FieldDescriptor, value: Any, version: str, where: str) -> Any:
-    if not _is_message(field):
-        return None
-    if field.is_repeated and isinstance(value, list):
-        items = [
-            _split(item, field.message_type, version, f"{where}[{index}]")[1]
-            if isinstance(item, dict)
-            else {}
-            for index, item in enumerate(value)
-        ]
-        return items if any(items) else None
-    if isinstance(value, dict):
-        return _split(value, field.message_type, version, where)[1] or None
-    return None
+        known, extra = _split(value, field.message_type, version, where)
+        return known, extra or None
+    return value, None  # ParseDict reports the wrong type
 
 
 def _check(kind: FieldType, value: Any, where: str, version: str) -> Any:
