@@ -43,6 +43,7 @@ class FakeNode:
     ssh_faults: dict[int, str | None] = field(default_factory=dict)
     instance_state: dict[str, str] = field(default_factory=dict)
     hosts: str = ""
+    scheduling: dict[str, str] = field(default_factory=dict)
 
 
 class FakeWorkerPlane:
@@ -84,6 +85,10 @@ class FakeWorkerPlane:
     def set_hosts(self, node_id: str, text: str) -> None:
         with self._lock:
             self.nodes[node_id].hosts = text
+
+    def set_scheduling(self, node_id: str, scheduling: dict[str, str]) -> None:
+        with self._lock:
+            self.nodes[node_id].scheduling = dict(scheduling)
 
     def boot(self, node_id: str) -> None:
         with self._lock:

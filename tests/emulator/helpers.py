@@ -130,3 +130,43 @@ def delete(client: Any, name: str, force: bool = True, wait: bool = True) -> Any
 
         wait_until(gone, f"{name} to be deleted")
     return op.operation
+
+
+def rest(
+    endpoint: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    version: str = "v2alpha1",
+    **query: Any,
+) -> tuple[int, Any]:
+    """One call to the emulator's Cloud TPU REST API: (HTTP status, its JSON)."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    params = {key: str(value).lower() if isinstance(value, bool) else str(value)
+              for key, value in query.items()}  # fmt: skip
+    url = f"{endpoint}{version}/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def rest_qr(parent: str, node_id: str, **fields: Any) -> dict[str, Any]:
+    """A QueuedResource request body, as REST takes it: one node (fields of `node` merged
+    over a v5litepod-4) plus the QR's `fields`."""
+    node = {
+        "acceleratorType": "v5litepod-4",
+        "runtimeVersion": "v2-alpha-tpuv5-lite",
+        "networkConfig": {"enableExternalIps": True},
+        **fields.pop("node", {}),
+    }
+    return {"tpu": {"nodeSpec": [{"parent": parent, "nodeId": node_id, "node": node}]}, **fields}

@@ -1,4 +1,4 @@
-"""`tpuctl emulator …` through the CLI: start prints two lines and leaves nothing behind."""
+"""`tpuctl emulator …` through the CLI: start prints its exports and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.emulator.helpers import (
     new_project,
     parent_of,
     qr_request,
+    rest,
     unique,
     wait_state,
     wait_until,
@@ -41,10 +42,25 @@ def test_start_prints_its_exports_and_sigterm_leaves_no_process(tmp_path: Path) 
     )
     try:
         exports = _read_exports(process, 60)
-        assert set(exports) == {"TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT"}
+        assert set(exports) == {
+            "TPU_EMULATOR_HOST",
+            "TPUCTL_SSH_PORT",
+            "TPUCTL_COMPUTE_ENDPOINT",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE",
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS",
+        }
         assert exports["TPU_EMULATOR_HOST"].startswith("127.0.0.1:")
         assert int(exports["TPUCTL_SSH_PORT"]) > 0
         assert exports["TPUCTL_COMPUTE_ENDPOINT"].startswith("http://127.0.0.1:")
+        # gcloud's settings: its REST endpoints (with the trailing slash it joins paths to)
+        # and no credentials.
+        assert re.fullmatch(
+            r"http://127\.0\.0\.1:\d+/", exports["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"]
+        )
+        compute = exports["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"]
+        assert compute == exports["TPUCTL_COMPUTE_ENDPOINT"] + "/"
+        assert exports["CLOUDSDK_AUTH_DISABLE_CREDENTIALS"] == "true"
         handle = EmulatorProcess(tmp_path / "unused")
         handle.host = exports["TPU_EMULATOR_HOST"]
         state_dir = Path(handle.admin.status()["state_dir"])
@@ -185,3 +201,61 @@ def test_events_follow(emulator: EmulatorProcess) -> None:
         finally:
             follower.terminate()
             reader.join(30)
+
+
+def test_env_prints_export_lines_a_shell_evaluates(
+    emulator: EmulatorProcess, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TPU_EMULATOR_HOST", emulator.host)
+    code, out, _ = _run(["emulator", "env", "--project", "demo project"], capsys)
+    assert code == 0
+    shown = subprocess.run(
+        ["bash", "-c", f"{out}\nenv"], capture_output=True, text=True, check=True, env={}
+    ).stdout
+    exported = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    assert exported["TPU_EMULATOR_HOST"] == emulator.host
+    assert exported["TPUCTL_SSH_PORT"] == str(emulator.ssh_port)
+    assert exported["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"] == emulator.rest_endpoint
+    assert exported["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"] == emulator.compute_endpoint + "/"
+    assert exported["CLOUDSDK_AUTH_DISABLE_CREDENTIALS"] == "true"
+    assert exported["CLOUDSDK_CORE_PROJECT"] == "demo project"  # quoted for the shell
+    code, out, _ = _run(["emulator", "env", "--unset"], capsys)
+    assert code == 0 and "unset CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU" in out.splitlines()
+    assert "CLOUDSDK_CORE_PROJECT" not in out
+
+
+def test_reservation_capacity_and_rest_requests_commands(
+    emulator: EmulatorProcess, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TPU_EMULATOR_HOST", emulator.host)
+    code, out, _ = _run(
+        ["emulator", "capacity", "--flex-start", "v6e=10", "--format", "json"], capsys
+    )
+    assert code == 0 and json.loads(out)["pools"]["v6e"]["total"] == 10
+    assert emulator.admin.capacity()["v6e"]["total"] == 16384  # the standard pool is apart
+    emulator.admin.capacity({"v6e": 16384}, flex_start=True)
+
+    parent = parent_of(new_project())
+    name = f"{parent}/reservations/{unique('cli')}"
+    args = ["emulator", "reservation", name]
+    code, out, _ = _run([*args, "--chips", "8", "--generation", "v5e", "--format", "json"], capsys)
+    [made] = [r for r in json.loads(out)["reservations"] if r["name"] == name]
+    assert code == 0 and made["chips"] == 8 and made["end_time"] is None
+    code, out, _ = _run([*args, "--end", "now", "--format", "json"], capsys)
+    [ended] = [r for r in json.loads(out)["reservations"] if r["name"] == name]
+    assert code == 0 and ended["end_time"] is not None and ended["chips"] == 8
+    code, _, err = _run(args, capsys)
+    assert code == 2 and "--chips" in err
+    code, _, _ = _run([*args, "--remove"], capsys)
+    assert code == 0
+    code, _, err = _run([*args, "--remove"], capsys)
+    assert code == 5 and name in err
+
+    qr_id = unique("rq")
+    body = {"tpu": {"nodeSpec": []}}
+    rest(emulator.rest_endpoint, "POST", f"{parent}/queuedResources", body, queuedResourceId=qr_id)
+    code, out, _ = _run(["emulator", "rest-requests", f"{parent}/queuedResources/{qr_id}"], capsys)
+    [entry] = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and entry["body"] == body and entry["status"] == 400
+    assert entry["api"] == "tpu.projects.locations.queuedResources.create"
+    assert entry["query"] == {"queuedResourceId": qr_id}

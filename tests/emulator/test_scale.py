@@ -15,6 +15,7 @@ from tests.emulator.helpers import (
     new_project,
     parent_of,
     qr_request,
+    rest,
     wait_state,
 )
 from tpuctl.emulator.client.testing import EmulatorProcess
@@ -37,4 +38,9 @@ def test_1024_workers_reach_active(emulator: EmulatorProcess) -> None:
     ips = {e.ip_address for node in nodes for e in node.network_endpoints}
     assert len(ips) == 1024
     assert emulator.admin.status()["workers"] >= 1024
+    # The REST face lists the same 64 nodes and 1,024 workers.
+    status, listed = rest(emulator.rest_endpoint, "GET", f"{parent}/nodes", pageSize=100)
+    assert status == 200 and len(listed["nodes"]) == 64
+    endpoints = {e["ipAddress"] for node in listed["nodes"] for e in node["networkEndpoints"]}
+    assert endpoints == ips
     delete(client, name, wait=True)

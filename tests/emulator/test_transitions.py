@@ -6,8 +6,10 @@ every row reached by some flow."""
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import re
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -188,6 +190,7 @@ class Cloud:
     admin: AdminClient
     parent: str
     flow_errors: list[str]  # what failed flows logged: an IllegalTransition shows up here
+    rest: str  # the REST API's endpoint
 
     def create(self, **request: Any) -> str:
         """Create a QR (qr_request's arguments); its nodes are `node(qr, 0)`, `node(qr, 1)`…"""
@@ -202,16 +205,16 @@ class Cloud:
     def node(self, qr: str, index: int) -> str:
         return f"{self.parent}/nodes/{qr.rsplit('/', 1)[1]}-{index}"
 
-    def wait(self, kind: str, detail: str, *, qr: str = "", node: str = "") -> None:
-        """Until the event log holds `kind` with `detail` for `qr` or `node` (no polling: the
-        admin Events call long-polls)."""
+    def wait(self, kind: str, detail: str, *, qr: str = "", node: str = "", since: int = 0) -> None:
+        """Until the event log holds `kind` with `detail` for `qr` or `node` from event `since`
+        on (no polling: the admin Events call long-polls)."""
 
         def matches(event: dict[str, Any]) -> bool:
             subject = event["node"] if node else event["qr"]
             return event["kind"] == kind and event["detail"] == detail and subject == (node or qr)
 
         try:
-            self.admin.wait_for_event(matches, timeout=TIMEOUT)
+            self.admin.wait_for_event(matches, since=since, timeout=TIMEOUT)
         except TimeoutError:
             raise AssertionError(
                 f"no {kind} {detail} event for {node or qr}; flow errors: {self.flow_errors}"
@@ -220,11 +223,37 @@ class Cloud:
     def wait_qr(self, qr: str, state: str) -> None:
         self.wait("qr.state", state, qr=qr)
 
-    def wait_node(self, node: str, state: str) -> None:
-        self.wait("node.state", state, node=node)
+    def wait_node(self, node: str, state: str, since: int = 0) -> None:
+        self.wait("node.state", state, node=node, since=since)
+
+    def mark(self) -> int:
+        """The number of the next event, for waits on what happens from now on."""
+        return len(self.events())
 
     def events(self) -> list[dict[str, Any]]:
         return self.admin.events(0)
+
+    def create_rest(self, fields: dict[str, Any]) -> str:
+        """Create a single-node v4-8 QR through the REST API with `fields` (REST-only ones
+        included); its node is `node(qr, 0)`."""
+        qr_id = unique("qr")
+        body = {
+            **fields,
+            "tpu": {
+                "nodeSpec": [
+                    {
+                        "parent": self.parent,
+                        "nodeId": f"{qr_id}-0",
+                        "node": {"acceleratorType": "v4-8", "runtimeVersion": "tpu-vm-v4-base"},
+                    }
+                ]
+            },
+        }
+        url = f"{self.rest}v2alpha1/{self.parent}/queuedResources?queuedResourceId={qr_id}"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            assert response.status == 200
+        return f"{self.parent}/queuedResources/{qr_id}"
 
     def delete(self, qr: str, *, force: bool = True, gone: bool = True) -> None:
         self.client.delete_queued_resource(request={"name": qr, "force": force})
@@ -250,7 +279,9 @@ def _cloud(
     admin = AdminClient(emulator.host)
     try:
         client = tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
-        yield Cloud(client, admin, parent_of(new_project()), errors.messages)
+        yield Cloud(
+            client, admin, parent_of(new_project()), errors.messages, emulator.rest_endpoint
+        )
     finally:
         admin.close()
         channel.close()
@@ -352,6 +383,71 @@ def _faults_during_restarts(cloud: Cloud) -> None:
         cloud.delete(qr, force=False)
 
 
+def _stop_and_start(cloud: Cloud) -> None:
+    pair = cloud.create(tier="spot", node_count=2)
+    cloud.wait_qr(pair, "ACTIVE")
+    first = cloud.node(pair, 0)
+    cloud.client.stop_node(request={"name": first})
+    cloud.wait_node(first, "STOPPED")
+    since = cloud.mark()
+    cloud.client.start_node(request={"name": first})
+    cloud.wait_node(first, "READY", since)
+    since = cloud.mark()
+    cloud.client.stop_node(request={"name": first})
+    cloud.wait_node(first, "STOPPED", since)
+    cloud.admin.preempt(pair)  # a stopped node is PREEMPTED with its QR
+    cloud.wait_node(first, "PREEMPTED")
+    cloud.wait_qr(pair, "SUSPENDED")
+    cloud.delete(pair, force=False)
+    # A reservation-bound QR whose reservation ends: its nodes are taken back.
+    reservation = f"{cloud.parent}/reservations/{unique('r')}"
+    cloud.admin.reservation(reservation, chips=4, generation="v4")
+    bound = cloud.create_rest(
+        {"provisioningModel": "RESERVATION_BOUND", "reservationName": reservation}
+    )
+    cloud.wait_qr(bound, "ACTIVE")
+    cloud.admin.update_reservation(reservation, end="now")
+    cloud.wait_qr(bound, "SUSPENDED")
+    cloud.delete(bound, force=False)
+
+
+def _stuck_stopping(cloud: Cloud) -> None:
+    spot = cloud.create(tier="spot", node_count=2)
+    cloud.wait_qr(spot, "ACTIVE")
+    cloud.client.stop_node(request={"name": cloud.node(spot, 0)})
+    cloud.wait_node(cloud.node(spot, 0), "STOPPING")
+    cloud.admin.preempt(spot)
+    cloud.wait_node(cloud.node(spot, 0), "PREEMPTED")
+    cloud.wait_qr(spot, "SUSPENDED")
+    cloud.delete(spot, force=False)
+    single = cloud.create()
+    cloud.wait_qr(single, "ACTIVE")
+    cloud.client.stop_node(request={"name": cloud.node(single, 0)})
+    cloud.wait_node(cloud.node(single, 0), "STOPPING")
+    cloud.delete(single)
+
+
+def _stuck_starting(cloud: Cloud) -> None:
+    for then in ("preempt", "delete a sibling", "delete the QR"):
+        qr = cloud.create(tier="spot", node_count=2)
+        cloud.wait_qr(qr, "ACTIVE")
+        first = cloud.node(qr, 0)
+        cloud.client.stop_node(request={"name": first})
+        cloud.wait_node(first, "STOPPED")
+        cloud.client.start_node(request={"name": first})
+        cloud.wait_node(first, "STARTING")
+        if then == "preempt":
+            cloud.admin.preempt(qr)
+            cloud.wait_node(first, "PREEMPTED")
+        elif then == "delete a sibling":
+            since = cloud.mark()
+            cloud.client.delete_node(name=cloud.node(qr, 1))
+            cloud.wait_node(first, "STOPPED", since)
+        if then != "delete the QR":
+            cloud.wait_qr(qr, "SUSPENDED")
+        cloud.delete(qr)
+
+
 @pytest.fixture(scope="module")
 def observed() -> tuple[set[Pair], set[Pair]]:
     """Every (from, to) state change the emulators' event logs show, for QRs and for nodes."""
@@ -361,6 +457,9 @@ def observed() -> tuple[set[Pair], set[Pair]]:
         (_stuck_provisioning, {"delays": Delays(provisioning=FOREVER, suspending=FOREVER)}),
         (_failing, {"plane": _FailingPlane(), "capacity": {"v2": 0}}),
         (_faults_during_restarts, {"delays": Delays(reset=FOREVER, repair=FOREVER)}),
+        (_stop_and_start, {}),
+        (_stuck_stopping, {"delays": Delays(stopping=FOREVER)}),
+        (_stuck_starting, {"delays": Delays(starting=FOREVER)}),
     ]
     qr_pairs: set[Pair] = set()
     node_pairs: set[Pair] = set()

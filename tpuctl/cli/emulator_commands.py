@@ -26,9 +26,10 @@ T = TypeVar("T")
 def emulator_group() -> None:
     """Run and drive the local Cloud TPU emulator.
 
-    `tpuctl emulator start` prints TPU_EMULATOR_HOST, TPUCTL_SSH_PORT and
-    TPUCTL_COMPUTE_ENDPOINT lines to export; the other commands talk to the emulator named by
-    TPU_EMULATOR_HOST.
+    `tpuctl emulator start` prints TPU_EMULATOR_HOST, TPUCTL_SSH_PORT, TPUCTL_COMPUTE_ENDPOINT
+    and the settings that point gcloud at it (CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU, …) as lines
+    to export; `tpuctl emulator env` prints them as `export` lines. The other commands talk to
+    the emulator named by TPU_EMULATOR_HOST.
     """
 
 
@@ -58,12 +59,25 @@ def emulator_group() -> None:
 )
 @click.option("--ssh-port", type=int, default=0, show_default=True, help="SSH port (0: any).")
 @click.option(
+    "--rest-port",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Port of the Cloud TPU REST API, the one gcloud uses (0: any free).",
+)
+@click.option(
+    "--flex-start-capacity",
+    default="",
+    metavar="GEN=CHIPS,…",
+    help="Chips per generation in flex-start's own pools (default 16384 each).",
+)
+@click.option(
     "--delay",
     "delays",
     multiple=True,
     metavar="NAME=SECONDS",
     help="Override a step delay (creating, waiting, provisioning, suspending, deleting, "
-    "reset, reboot, repair). Repeatable.",
+    "reset, reboot, repair, stopping, starting). Repeatable.",
 )
 @click.option("--verbose", "-v", is_flag=True, default=False, help="Log events to stderr.")
 def start(  # noqa: PLR0917 - click passes options positionally
@@ -73,10 +87,17 @@ def start(  # noqa: PLR0917 - click passes options positionally
     capacity: str,
     grace: float,
     ssh_port: int,
+    rest_port: int,
+    flex_start_capacity: str,
     delays: tuple[str, ...],
     verbose: bool,
 ) -> None:
-    """Run the emulator in the foreground until SIGINT or SIGTERM."""
+    """Run the emulator in the foreground until SIGINT or SIGTERM.
+
+    Prints NAME=value lines to export: tpuctl's (TPU_EMULATOR_HOST, TPUCTL_SSH_PORT,
+    TPUCTL_COMPUTE_ENDPOINT), then gcloud's (CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU and
+    _COMPUTE, CLOUDSDK_AUTH_DISABLE_CREDENTIALS=true), so that the real gcloud talks to it too.
+    """
     from tpuctl.emulator.control.config import config_from_flags
 
     try:
@@ -97,6 +118,8 @@ def start(  # noqa: PLR0917 - click passes options positionally
             grace=grace,
             ssh_port=ssh_port,
             delays=delays,
+            rest_port=rest_port,
+            flex_capacity=flex_start_capacity,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -105,12 +128,34 @@ def start(  # noqa: PLR0917 - click passes options positionally
 
     def announce(emulator: Any) -> None:
         sys.stdout.write(
-            f"TPU_EMULATOR_HOST={emulator.host}\nTPUCTL_SSH_PORT={emulator.ssh_port}\n"
-            f"TPUCTL_COMPUTE_ENDPOINT={emulator.compute_endpoint}\n"
+            "".join(f"{name}={value}\n" for name, value in _exports(emulator_info(emulator)))
         )
         sys.stdout.flush()
 
     serve_until_signalled(config, announce)
+
+
+def emulator_info(emulator: Any) -> dict[str, Any]:
+    """What `start` announces, from a running Emulator (as the admin Status call has it)."""
+    return {
+        "host": emulator.host,
+        "ssh_port": emulator.ssh_port,
+        "compute_endpoint": emulator.compute_endpoint,
+        "rest_endpoint": emulator.rest_endpoint,
+    }
+
+
+def _exports(info: dict[str, Any], project: str = "") -> list[tuple[str, str]]:
+    """tpuctl's variables, then gcloud's, for the emulator `info` describes."""
+    from tpuctl.emulator.client.gcloud import gcloud_settings
+
+    tpuctl = [
+        ("TPU_EMULATOR_HOST", str(info["host"])),
+        ("TPUCTL_SSH_PORT", str(info["ssh_port"])),
+        ("TPUCTL_COMPUTE_ENDPOINT", str(info["compute_endpoint"])),
+    ]
+    gcloud = gcloud_settings(str(info["rest_endpoint"]), str(info["compute_endpoint"]), project)
+    return tpuctl + list(gcloud.items())
 
 
 def host_option(func: F) -> F:
@@ -131,6 +176,30 @@ def _admin(host: str | None) -> AdminClient:
             hint="run `tpuctl emulator start` and export the lines it prints",
         )
     return AdminClient(host)
+
+
+@emulator_group.command("env")
+@click.option(
+    "--project",
+    default=None,
+    help="Also set gcloud's project (CLOUDSDK_CORE_PROJECT); the emulator takes any name.",
+)
+@click.option("--unset", is_flag=True, default=False, help="Print `unset` lines instead.")
+@host_option
+def env(project: str | None, unset: bool, host: str | None) -> None:
+    """Print `export` lines that point tpuctl and the real gcloud at a running emulator, as
+    `gcloud beta emulators … env-init` does: `eval "$(tpuctl emulator env)"`.
+
+    gcloud's: CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU (its REST API), _COMPUTE (the project's
+    metadata), CLOUDSDK_AUTH_DISABLE_CREDENTIALS=true, and CLOUDSDK_CORE_PROJECT with
+    --project. `--unset` prints the lines that undo them."""
+    import shlex
+
+    with _admin(host) as admin:
+        info = admin.status()
+    for name, value in _exports(info, project or ""):
+        line = f"unset {name}" if unset else f"export {name}={shlex.quote(value)}"
+        sys.stdout.write(line + "\n")
 
 
 @emulator_group.command("status")
@@ -244,9 +313,17 @@ def api_fault(
     help="The pools this zone draws from; changing them gives the zone pools of its own "
     "(other zones keep sharing theirs).",
 )
+@click.option(
+    "--flex-start",
+    is_flag=True,
+    default=False,
+    help="Flex-start's own pools (provisioning model FLEX_START draws only from these).",
+)
 @host_option
 @output_option
-def capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> None:
+def capacity(
+    changes: tuple[str, ...], zone: str | None, flex_start: bool, host: str | None
+) -> None:
     """Show or change capacity pools; freed capacity lets waiting QRs proceed."""
     from tpuctl.emulator.control.config import parse_capacity, parse_flag
 
@@ -255,8 +332,69 @@ def capacity(changes: tuple[str, ...], zone: str | None, host: str | None) -> No
     except ValueError as error:
         raise UsageError(str(error)) from None
     with _admin(host) as admin:
-        data = admin.capacity(parsed, zone=zone)
+        data = admin.capacity(parsed, zone=zone, flex_start=flex_start)
     emit(views.EmulatorCapacity(data), views.capacity_view)
+
+
+@emulator_group.command("reservation")
+@click.argument("name")
+@click.option("--chips", type=int, default=None, help="Make (or replace) it with this size.")
+@click.option("--generation", default=None, help="What it holds chips of (default v4).")
+@click.option(
+    "--state",
+    type=click.Choice(["APPROVED", "PROVISIONING", "ACTIVE", "DEPROVISIONING", "EXPIRED"]),
+    default=None,
+    help="Its state (default ACTIVE).",
+)
+@click.option("--start", default=None, help="Its window's start: now, +2h, or RFC 3339.")
+@click.option("--end", default=None, help="Its window's end: now (ends it), +2h, or RFC 3339.")
+@click.option("--remove", is_flag=True, default=False, help="Remove it.")
+@host_option
+@output_option
+def reservation(  # noqa: PLR0917 - click passes options positionally
+    name: str,
+    chips: int | None,
+    generation: str | None,
+    state: str | None,
+    start: str | None,
+    end: str | None,
+    remove: bool,
+    host: str | None,
+) -> None:
+    """Make, change or remove a TPU reservation (projects/P/locations/Z/reservations/R), as
+    ListReservations lists it; reservation-bound queued resources draw from it within its
+    window and lose their nodes when it ends. Times +2h are emulated (÷ the speed)."""
+    with _admin(host) as admin:
+        if remove:
+            data = admin.call("Reservation", {"name": name, "remove": True})
+        elif chips is not None:
+            data = {"reservations": admin.reservation(
+                name, chips=chips, generation=generation or "v4", state=state or "ACTIVE",
+                start=start, end=end,
+            )}  # fmt: skip
+        else:
+            changes = {"state": state, "start": start, "end": end}
+            given = {key: value for key, value in changes.items() if value is not None}
+            if not given:
+                raise UsageError(
+                    "nothing to change", hint="give --chips, --state, --start, --end or --remove"
+                )
+            data = {"reservations": admin.update_reservation(name, **given)}
+    emit(views.EmulatorFault(data), views.fault_view)
+
+
+@emulator_group.command("rest-requests")
+@click.argument("resource", required=False)
+@host_option
+def rest_requests(resource: str | None, host: str | None) -> None:
+    """The requests the REST API was sent that change something (POST, PATCH, DELETE), with
+    their JSON bodies, as JSON lines, oldest first; with RESOURCE (a full name), only those on
+    it (a create counts for what it makes). Shows what gcloud sends."""
+    import json
+
+    with _admin(host) as admin:
+        for entry in admin.rest_requests(resource):
+            sys.stdout.write(json.dumps(entry) + "\n")
 
 
 @emulator_group.command("project-metadata")

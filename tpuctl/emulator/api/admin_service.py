@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import grpc
 
+from tpuctl.emulator.api.rest import RequestLog
 from tpuctl.emulator.api.service import ApiFaults
+from tpuctl.emulator.control.catalog import UNCHANGED
 from tpuctl.emulator.control.config import parse_duration
 from tpuctl.emulator.control.events import EventLog
 from tpuctl.emulator.control.state import CloudTpu
@@ -61,8 +64,9 @@ class AdminServicer:
         self._cloud = cloud
         self._faults = faults
         self._events = events
-        self._info = info  # host, ssh_port, compute_endpoint, state_dir
+        self._info = info  # host, ssh_port, compute_endpoint, rest_endpoint, state_dir
         self._access = access or Access()
+        self.rest_requests: RequestLog | None = None  # what the REST face was sent
 
     def handler(self) -> grpc.GenericRpcHandler:
         methods: dict[str, JsonHandler] = {
@@ -81,6 +85,7 @@ class AdminServicer:
             "Capacity": self.capacity,
             "Events": self.events,
             "ProjectMetadata": self.project_metadata,
+            "RestRequests": self.rest_requests_call,
         }
         return grpc.method_handlers_generic_handler(
             ADMIN_SERVICE, {name: self._wrap(fn) for name, fn in methods.items()}
@@ -118,21 +123,62 @@ class AdminServicer:
 
     def reservation(self, body: dict[str, Any]) -> dict[str, Any]:
         """Make (or replace) a TPU reservation that ListReservations lists: {"name":
-        "projects/P/locations/Z/reservations/R", "chips", "generation", "state"}; with
-        "remove": true, remove it. Answers every reservation."""
+        "projects/P/locations/Z/reservations/R", "chips", "generation", "state", "start",
+        "end"}; without "chips", change an existing one's state or window ("end": "now" ends
+        it: the QRs bound to it lose their nodes). Times: "now", an emulated offset from now
+        ("+2h", ÷ the speed), RFC 3339, or null (open). With "remove": true, remove it.
+        Answers every reservation."""
         name = _str(body, "name")
-        reservations = self._cloud.reservations
         if body.get("remove"):
-            if not reservations.remove(name):
-                raise ApiError(grpc.StatusCode.NOT_FOUND, f"no reservation {name}")
-        else:
-            generation = body.get("generation", "v4")
-            state = body.get("state", "ACTIVE")
-            if not isinstance(generation, str) or not isinstance(state, str):
-                raise invalid("generation and state are strings")
-            reservations.put(name, _int(body, "chips"), generation, state)
-        self._events.emit("reservation", detail=name)
-        return {"reservations": reservations.snapshot()}
+            return {"reservations": self._cloud.remove_reservation(name)}
+        chips = _int(body, "chips") if "chips" in body else None
+        generation = body.get("generation")
+        state = body.get("state")
+        if not isinstance(generation, str | None) or not isinstance(state, str | None):
+            raise invalid("generation and state are strings")
+        if chips is not None:
+            generation, state = generation or "v4", state or "ACTIVE"
+        times = {
+            key: self._moment(body[key], key) if key in body else UNCHANGED
+            for key in ("start", "end")
+        }
+        if chips is not None:  # a new reservation: what is not given is open
+            times = {key: None if value is UNCHANGED else value for key, value in times.items()}
+        reservations = self._cloud.put_reservation(
+            name,
+            chips=chips,
+            generation=generation,
+            state=state,
+            start_time=times["start"],
+            end_time=times["end"],
+        )
+        return {"reservations": reservations}
+
+    def _moment(self, value: Any, key: str) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise invalid(f"{key}: a time (now, +2h, RFC 3339) or null")
+        now = datetime.now(timezone.utc)
+        text = str(value).strip()
+        if text == "now":
+            return now
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            seconds = parse_duration(text) / self._cloud.config.speed
+            return now + timedelta(seconds=seconds)
+        return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+    def rest_requests_call(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What the REST face was sent that changes something (POST, PATCH, DELETE), oldest
+        first: {"resource": NAME} for the requests on one resource (a create counts for the
+        resource it makes)."""
+        resource = body.get("resource") or None
+        if resource is not None and not isinstance(resource, str):
+            raise invalid("resource must be a resource name")
+        found = self.rest_requests.find(resource) if self.rest_requests else []
+        return {"requests": found}
 
     def api_fault(self, body: dict[str, Any]) -> dict[str, Any]:
         code = code_by_name(body["code"]) if body.get("code") else None
@@ -157,17 +203,19 @@ class AdminServicer:
         return {"project": project, "metadata": items}
 
     def capacity(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Show or set the pools; with "zone", that zone's (set: pools of its own)."""
+        """Show or set the pools; with "zone", that zone's (set: pools of its own); with
+        "flex_start": true, flex-start's own pools."""
         changes = body.get("set") or {}
         if not isinstance(changes, dict):
             raise invalid("set must map generation to chips")
         zone = body.get("zone") or None
         if zone is not None and not isinstance(zone, str):
             raise invalid("zone must be a zone name")
+        flex = bool(body.get("flex_start"))
         if not changes:
-            return {"capacity": self._cloud.capacity(zone)}
+            return {"capacity": self._cloud.capacity(zone, flex_start=flex)}
         parsed = {str(k): _int(changes, k) for k in changes}
-        return {"capacity": self._cloud.set_capacity(parsed, zone)}
+        return {"capacity": self._cloud.set_capacity(parsed, zone, flex_start=flex)}
 
     def events(self, body: dict[str, Any]) -> dict[str, Any]:
         since = _int(body, "since", 0)

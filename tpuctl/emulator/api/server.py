@@ -16,6 +16,7 @@ from tpuctl.emulator.api.admin_service import AdminServicer
 from tpuctl.emulator.api.compute import ComputeServer
 from tpuctl.emulator.api.compute_admin import ComputeAdminServicer
 from tpuctl.emulator.api.oslogin_service import OsLoginServicer
+from tpuctl.emulator.api.rest import RequestLog, TpuRestApi, TpuRestServer
 from tpuctl.emulator.api.service import ApiFaults, TpuServicer
 from tpuctl.emulator.control.clock import Clock
 from tpuctl.emulator.control.config import EmulatorConfig
@@ -58,6 +59,10 @@ class Emulator:
         self.access = Access()
         self._compute: ComputeServer | None = None
         self.compute_endpoint = ""
+        # The Cloud TPU REST API (gcloud's face of the API), over the same control plane.
+        self._rest: TpuRestServer | None = None
+        self.rest_endpoint = ""
+        self.rest_requests = RequestLog()
 
     @property
     def cloud(self) -> CloudTpu:
@@ -88,6 +93,10 @@ class Emulator:
                 ComputeEngine(config, plane, self._events, clock, self.access.project_metadata)
             )
             self.faults = ApiFaults(self._events)
+            rest_api = TpuRestApi(self._cloud, self.faults.check, self._events, self.rest_requests)
+            self._rest = TpuRestServer(rest_api, config.rest_port)
+            self._rest.start()
+            self.rest_endpoint = self._rest.endpoint
             server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
                 options=[("grpc.so_reuseport", 0)],
@@ -100,10 +109,12 @@ class Emulator:
                 "host": self.host,
                 "ssh_port": self.ssh_port,
                 "compute_endpoint": self.compute_endpoint,
+                "rest_endpoint": self.rest_endpoint,
                 "state_dir": str(self.state_dir),
                 "grace": config.grace,
             }
             admin = AdminServicer(self._cloud, self.faults, self._events, info, self.access)
+            admin.rest_requests = self.rest_requests
             server.add_generic_rpc_handlers(
                 [
                     *TpuServicer(self._cloud, self.faults).handlers(),
@@ -117,13 +128,18 @@ class Emulator:
         except BaseException:
             self.close()
             raise
-        self._events.emit("emulator.start", detail=f"{self.host} ssh:{self.ssh_port}")
+        self._events.emit(
+            "emulator.start", detail=f"{self.host} ssh:{self.ssh_port} rest:{self.rest_endpoint}"
+        )
 
     def close(self) -> None:
         """Stop serving, kill every worker process, remove a temporary state dir. Idempotent."""
         if self._server is not None:
             self._server.stop(grace=0.5).wait(5)
             self._server = None
+        if self._rest is not None:
+            self._rest.close()
+            self._rest = None
         if self._cloud is not None:
             self._cloud.close()
             self._cloud = None

@@ -128,6 +128,16 @@ class TpuServicer:
                 lambda r: cloud.delete_node(r.name, r.request_id),
                 None,
             ),
+            "StopNode": (
+                cloud_tpu.StopNodeRequest,
+                lambda r: cloud.stop_node(r.name),
+                None,
+            ),
+            "StartNode": (
+                cloud_tpu.StartNodeRequest,
+                lambda r: cloud.start_node(r.name),
+                None,
+            ),
             "GetGuestAttributes": (
                 cloud_tpu.GetGuestAttributesRequest,
                 lambda r: cloud.get_guest_attributes(r.name, r.query_path, list(r.worker_ids)),

@@ -61,13 +61,34 @@ class AdminClient:
         generation: str = "v4",
         state: str = "ACTIVE",
         remove: bool = False,
+        start: str | None = None,
+        end: str | None = None,
     ) -> list[dict[str, Any]]:
         """Make (or replace, or `remove`) the TPU reservation `name`
-        (projects/P/locations/Z/reservations/R), as ListReservations then lists it."""
-        body = {"name": name, "chips": chips, "generation": generation, "state": state}
-        result: list[dict[str, Any]] = self.call("Reservation", {**body, "remove": remove})[
+        (projects/P/locations/Z/reservations/R), as ListReservations then lists it; `start`
+        and `end` bound its window ("now", "+2h" emulated from now, or RFC 3339)."""
+        body: dict[str, Any] = {"name": name, "chips": chips, "generation": generation}
+        body |= {"state": state, "remove": remove, "start": start, "end": end}
+        result: list[dict[str, Any]] = self.call("Reservation", body)["reservations"]
+        return result
+
+    def update_reservation(self, name: str, **changes: str | None) -> list[dict[str, Any]]:
+        """Change an existing reservation: `state`, `start`, `end` ("now" ends its window:
+        the reservation-bound QRs in it lose their nodes)."""
+        unknown = set(changes) - {"state", "start", "end"}
+        if unknown:
+            raise UsageError(f"a reservation has no {', '.join(sorted(unknown))} to change")
+        result: list[dict[str, Any]] = self.call("Reservation", {"name": name, **changes})[
             "reservations"
         ]
+        return result
+
+    def rest_requests(self, resource: str | None = None) -> list[dict[str, Any]]:
+        """What the REST API was sent that changes something, oldest first, with each JSON
+        body (`resource`: only the requests on that resource; a create counts for what it
+        makes)."""
+        body = {"resource": resource} if resource else {}
+        result: list[dict[str, Any]] = self.call("RestRequests", body)["requests"]
         return result
 
     def preempt(self, queued_resource: str) -> dict[str, Any]:
@@ -117,11 +138,16 @@ class AdminClient:
         return result
 
     def capacity(
-        self, changes: dict[str, int] | None = None, *, zone: str | None = None
+        self,
+        changes: dict[str, int] | None = None,
+        *,
+        zone: str | None = None,
+        flex_start: bool = False,
     ) -> dict[str, Any]:
         """Show the pools, or set chips per generation (e.g. {"v4": 0}); with `zone`, the
-        pools that zone draws from (setting gives the zone pools of its own)."""
-        body: dict[str, Any] = {"set": changes or {}}
+        pools that zone draws from (setting gives the zone pools of its own); with
+        `flex_start`, flex-start's own pools."""
+        body: dict[str, Any] = {"set": changes or {}, "flex_start": flex_start}
         if zone:
             body["zone"] = zone
         result: dict[str, Any] = self.call("Capacity", body)["capacity"]

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from tpuctl.emulator.client.admin import AdminClient
+from tpuctl.emulator.client.gcloud import REST_EXPORT, gcloud_settings
 
 STARTUP_TIMEOUT = 60.0
 
 
 class EmulatorProcess:
     """`with EmulatorProcess(state_dir, "--speed", "20") as emu:` → `.host`, `.ssh_port`,
-    `.state_dir`, `.admin`, `.tpu_client()`; leaves no process behind on exit."""
+    `.rest_endpoint`, `.state_dir`, `.admin`, `.tpu_client()`, `.gcloud_environment()`;
+    leaves no process behind on exit."""
 
     def __init__(self, state_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.state_dir = Path(state_dir)
@@ -28,6 +30,7 @@ class EmulatorProcess:
         self.host = ""
         self.ssh_port = 0
         self.compute_endpoint = ""
+        self.rest_endpoint = ""  # the Cloud TPU REST API: http://127.0.0.1:PORT/
         self.process: subprocess.Popen[bytes] | None = None
         self._admin: AdminClient | None = None
         self.log_path = self.state_dir.parent / f"{self.state_dir.name}.log"
@@ -44,6 +47,14 @@ class EmulatorProcess:
             "TPU_EMULATOR_HOST": self.host,
             "TPUCTL_SSH_PORT": str(self.ssh_port),
             "TPUCTL_COMPUTE_ENDPOINT": self.compute_endpoint,
+            REST_EXPORT: self.rest_endpoint,
+        }
+
+    def gcloud_environment(self, config_dir: Path, project: str) -> dict[str, str]:
+        """Variables that point the real gcloud at this emulator (REST, no credentials), with
+        its configuration in `config_dir`, so that nothing touches the user's own."""
+        return gcloud_settings(self.rest_endpoint, self.compute_endpoint, project) | {
+            "CLOUDSDK_CONFIG": str(config_dir),
         }
 
     def tpu_client(self) -> Any:
@@ -92,6 +103,7 @@ class EmulatorProcess:
         self.host = values["TPU_EMULATOR_HOST"]
         self.ssh_port = int(values["TPUCTL_SSH_PORT"])
         self.compute_endpoint = values["TPUCTL_COMPUTE_ENDPOINT"]
+        self.rest_endpoint = values[REST_EXPORT]
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, wait, then SIGKILL the process group; the exit code (None if killed)."""
@@ -126,7 +138,8 @@ class EmulatorProcess:
         self.stop()
 
 
-EXPORTS = ("TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT")
+# What `tpuctl emulator start` prints first (after them come gcloud's other settings).
+EXPORTS = ("TPU_EMULATOR_HOST", "TPUCTL_SSH_PORT", "TPUCTL_COMPUTE_ENDPOINT", REST_EXPORT)
 
 
 def _read_exports(process: subprocess.Popen[bytes], timeout: float) -> dict[str, str]:
@@ -138,7 +151,7 @@ def _read_exports(process: subprocess.Popen[bytes], timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
         selector.register(stdout, selectors.EVENT_READ)
-        while len(values) < len(EXPORTS):
+        while not all(name in values for name in EXPORTS):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("the emulator did not print its address in time")

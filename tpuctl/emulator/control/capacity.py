@@ -58,6 +58,10 @@ class CapacityPools:
         held = self._allocations.get(owner)
         return held is not None and held[0] == self.pool(generation, zone)
 
+    def keys(self) -> list[str]:
+        """The generations (or other keys) that have a pool."""
+        return sorted({key for _zone, key in self._totals})
+
     def set_total(self, generation: str, chips: int, zone: str | None = None) -> None:
         self._totals[(zone or SHARED, generation)] = chips
 

@@ -9,9 +9,12 @@ create there accepts.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
+from google.type import interval_pb2
 
 from tpuctl.emulator.control.names import parse_child, parse_parent
 from tpuctl.emulator.control.status import invalid, not_found
@@ -85,18 +88,36 @@ def runtime_version(name: str) -> cloud_tpu.RuntimeVersion:
     return cloud_tpu.RuntimeVersion(name=name, version=version)
 
 
-@dataclass
+# put_or_update's default: leave the field as it is.
+UNCHANGED: object = object()
+
+
+@dataclass(frozen=True)
 class ReservationRecord:
     name: str  # projects/P/locations/Z/reservations/R
     chips: int
-    generation: str  # the capacity pool it is for: v4, v5e, …
+    generation: str  # the generation it holds chips of: v4, v5e, …
     state: str = "ACTIVE"
+    # Its window (calendar mode), real wall-clock times; None: open on that side.
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "chips": self.chips,
+            "generation": self.generation,
+            "state": self.state,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+        }
 
 
 class Reservations:
     """Reservations made through the admin service, per project and zone (thread-safe).
 
-    They are listed as Cloud TPU lists them and nothing more: a create naming one is not held
+    Listed as Cloud TPU lists them. A reservation-bound queued resource draws its chips from
+    the reservation it names (and waits for its window); other creates naming one are not held
     to its size (capacity stays one pool per generation).
     """
 
@@ -104,7 +125,16 @@ class Reservations:
         self._lock = threading.Lock()
         self._records: dict[str, ReservationRecord] = {}
 
-    def put(self, name: str, chips: int, generation: str, state: str = "ACTIVE") -> None:
+    def put(
+        self,
+        name: str,
+        chips: int,
+        generation: str,
+        state: str = "ACTIVE",
+        *,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+    ) -> ReservationRecord:
         parse_child(name, "reservations")
         if generation not in {family.generation for family in FAMILIES}:
             raise invalid(f"unknown generation {generation!r}")
@@ -112,39 +142,90 @@ class Reservations:
             raise invalid(f"unknown reservation state {state!r}")
         if chips < 0:
             raise invalid("chips must not be negative")
+        if start_time and end_time and end_time <= start_time:
+            raise invalid("a reservation's window must end after it starts")
+        record = ReservationRecord(name, chips, generation, state, start_time, end_time)
         with self._lock:
-            self._records[name] = ReservationRecord(name, chips, generation, state)
+            self._records[name] = record
+        return record
+
+    def put_or_update(
+        self,
+        name: str,
+        *,
+        chips: int | None = None,
+        generation: str | None = None,
+        state: str | None = None,
+        start_time: object = UNCHANGED,
+        end_time: object = UNCHANGED,
+    ) -> ReservationRecord:
+        """Make the reservation (`chips` given; the rest default) or change the fields given
+        of an existing one (NOT_FOUND when there is none)."""
+        current = self.get(name)
+        if chips is None and current is None:
+            raise not_found("reservation", name)
+        base = current or ReservationRecord(name, 0, "v4")
+        start = base.start_time if start_time is UNCHANGED else start_time
+        end = base.end_time if end_time is UNCHANGED else end_time
+        assert start is None or isinstance(start, datetime)
+        assert end is None or isinstance(end, datetime)
+        return self.put(
+            name,
+            base.chips if chips is None else chips,
+            generation or base.generation,
+            state or base.state,
+            start_time=start,
+            end_time=end,
+        )
+
+    def get(self, name: str) -> ReservationRecord | None:
+        with self._lock:
+            return self._records.get(name)
 
     def remove(self, name: str) -> bool:
         with self._lock:
             return self._records.pop(name, None) is not None
 
-    def listed(self, parent: str) -> list[cloud_tpu.Reservation]:
+    def listed(
+        self, parent: str, usage: Mapping[str, int] | None = None
+    ) -> list[cloud_tpu.Reservation]:
+        """The reservations of `parent`; `usage`: chips in use per reservation."""
         parse_parent(parent)
         with self._lock:
             records = sorted(
                 (record for name, record in self._records.items() if name.startswith(parent + "/")),
                 key=lambda record: record.name,
             )
-        return [_reservation(record) for record in records]
+        used = usage or {}
+        return [_reservation(record, used.get(record.name, 0)) for record in records]
 
     def snapshot(self) -> list[dict[str, object]]:
         with self._lock:
             return [
-                {"name": r.name, "chips": r.chips, "generation": r.generation, "state": r.state}
-                for r in sorted(self._records.values(), key=lambda record: record.name)
+                r.to_dict() for r in sorted(self._records.values(), key=lambda record: record.name)
             ]
 
 
-def _reservation(record: ReservationRecord) -> cloud_tpu.Reservation:
+def _reservation(record: ReservationRecord, used: int = 0) -> cloud_tpu.Reservation:
+    """As ListReservations shows it: EXPIRED once its window has ended."""
+    state = record.state
+    if record.end_time is not None and record.end_time <= datetime.now(timezone.utc):
+        state = "EXPIRED"
     standard = cloud_tpu.Reservation.Standard(
         size=record.chips,
         capacity_units=cloud_tpu.Reservation.Standard.CapacityUnits.CHIPS,
         resource_type=record.generation,
-        usage=cloud_tpu.Reservation.Standard.Usage(total=0),
+        usage=cloud_tpu.Reservation.Standard.Usage(total=used),
     )
+    if record.start_time or record.end_time:
+        interval = interval_pb2.Interval()
+        if record.start_time:
+            interval.start_time.FromDatetime(record.start_time)
+        if record.end_time:
+            interval.end_time.FromDatetime(record.end_time)
+        standard.interval = interval
     return cloud_tpu.Reservation(
         name=record.name,
         standard=standard,
-        state=getattr(cloud_tpu.Reservation.State, record.state),
+        state=getattr(cloud_tpu.Reservation.State, state),
     )

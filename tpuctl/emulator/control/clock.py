@@ -26,6 +26,13 @@ class Clock:
         """Real seconds the emulator waits for `seconds` of emulated time."""
         return max(0.0, seconds) / self.speed
 
+    def monotonic_at(self, moment: datetime) -> float:
+        """The monotonic instant of the real wall-clock time `moment` (nothing scaled: for
+        times the emulator itself set, like a termination time)."""
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return self.monotonic() + (moment - self.wall()).total_seconds()
+
     def deadline_for_time(self, moment: datetime) -> float:
         """The monotonic instant standing for the absolute emulated time `moment`."""
         if moment.tzinfo is None:

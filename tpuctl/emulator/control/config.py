@@ -45,6 +45,8 @@ class Delays:
     reset: float = 2.0  # VMs down during a reset
     reboot: float = 2.0  # VMs down after maintenance
     repair: float = 3.0  # replacing a failed slice
+    stopping: float = 1.0  # STOPPING (StopNode), on top of the VMs' shutdown
+    starting: float = 2.0  # STARTING (StartNode), before the VMs boot
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -59,6 +61,10 @@ class EmulatorConfig:
     capacity: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
     )
+    # Flex-start's own pools (provisioningModel FLEX_START draws only from these).
+    flex_capacity: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
+    )
     grace: float = 300.0  # autocheckpoint grace in emulated seconds (Cloud TPU: 5 minutes)
     # How long a graceful VM shutdown waits for what is left before SIGKILL, in emulated
     # seconds (systemd's DefaultTimeoutStopSec).
@@ -67,6 +73,7 @@ class EmulatorConfig:
     delays: Delays = field(default_factory=Delays)
     ssh_server: str = "asyncssh"
     zones: tuple[str, ...] = DEFAULT_ZONES
+    rest_port: int = 0  # the Cloud TPU REST API's port (0: any free)
 
 
 def parse_duration(text: str | float) -> float:
@@ -122,6 +129,8 @@ def config_from_flags(
     grace: str | float,
     ssh_port: int,
     delays: list[str] | tuple[str, ...],
+    rest_port: int = 0,
+    flex_capacity: str = "",
 ) -> EmulatorConfig:
     """An EmulatorConfig from `tpuctl emulator start`'s flags as typed (ValueError naming the
     flag that is wrong)."""
@@ -130,6 +139,8 @@ def config_from_flags(
         raise ValueError("--speed must be positive")
     pools = dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
     pools.update(parse_flag(parse_capacity, capacity, "--capacity"))
+    flex_pools = dict.fromkeys(GENERATIONS, DEFAULT_CAPACITY_CHIPS)
+    flex_pools.update(parse_flag(parse_capacity, flex_capacity, "--flex-start-capacity"))
     return EmulatorConfig(
         port=port,
         state_dir=state_dir,
@@ -138,4 +149,6 @@ def config_from_flags(
         grace=parse_flag(parse_duration, grace, "--grace"),
         ssh_port=ssh_port,
         delays=parse_flag(parse_delays, list(delays), "--delay"),
+        rest_port=rest_port,
+        flex_capacity=flex_pools,
     )

@@ -33,6 +33,22 @@ SSH_FAULT_MODES = (None, "hang", "refuse")
 HOSTKEY_FAULT_MODES = ("missing", "rotate", "none")
 
 
+# Node states of a stopped (or stopping, or starting) node: reset, repair and maintenance,
+# which restart every VM of the QR, wait until none is in one.
+STOPPED_STATES = (NodeState.STOPPING, NodeState.STOPPED, NodeState.STARTING)
+
+
+def require_running(rt: Runtime, qr: QueuedResourceRecord, action: str) -> None:
+    """FAILED_PRECONDITION while a node of the QR is stopped, stopping or starting. Under the
+    lock."""
+    stopped = [node.name for node in rt.qr_nodes(qr) if node.state in STOPPED_STATES]
+    if stopped:
+        raise precondition(
+            f"Cannot {action} {qr.name}: node(s) {', '.join(stopped)} stopped or stopping; "
+            "start them first"
+        )
+
+
 # ------------------------------------------------------------------------------ preemption
 def preempt(rt: Runtime, name: str) -> dict[str, Any]:
     """Spot preemption: kill at once, nodes PREEMPTED, QR SUSPENDING → SUSPENDED."""
@@ -61,19 +77,26 @@ def begin_preemption(rt: Runtime, qr: QueuedResourceRecord, why: str) -> None:
     rt.spawn(flows.preempt, qr, doomed)
 
 
-def set_capacity(rt: Runtime, changes: dict[str, int], zone: str | None = None) -> dict[str, Any]:
+def set_capacity(
+    rt: Runtime, changes: dict[str, int], zone: str | None = None, *, flex_start: bool = False
+) -> dict[str, Any]:
     """Change pool sizes (with `zone`, that zone's own pools, which it then draws from alone);
-    shrinking below use reclaims spot/best-effort QRs of that pool, newest first."""
+    shrinking below use reclaims spot/best-effort QRs of that pool, newest first. With
+    `flex_start`, flex-start's own pools: shrinking them takes nothing back (a flex-start run
+    keeps its nodes until its run duration ends)."""
+    pools = rt.flex_pools if flex_start else rt.pools
     with rt.lock:
         for generation, chips in changes.items():
             if generation not in rt.config.capacity or chips < 0:
                 raise invalid(f"bad capacity {generation}={chips}")
-            rt.pools.set_total(generation, chips, zone)
+            pools.set_total(generation, chips, zone)
             where = f"{zone}: " if zone else ""
-            rt.events.emit("capacity", detail=f"{where}{generation}={chips}")
-            _reclaim(rt, generation, zone)
+            pool = "flex-start " if flex_start else ""
+            rt.events.emit("capacity", detail=f"{pool}{where}{generation}={chips}")
+            if not flex_start:
+                _reclaim(rt, generation, zone)
         rt.cond.notify_all()
-        return rt.pools.snapshot(zone)
+        return pools.snapshot(zone)
 
 
 def _reclaim(rt: Runtime, generation: str, zone: str | None) -> None:
@@ -111,6 +134,7 @@ def fail_slice(rt: Runtime, name: str, slice_index: int) -> dict[str, Any]:
         nodes = rt.qr_nodes(qr)
         if not 0 <= slice_index < len(nodes):
             raise invalid(f"slice {slice_index} is out of range 0-{len(nodes) - 1}")
+        require_running(rt, qr, "fail a slice of")
         failed = nodes[slice_index]
         epoch = rt.supersede(qr)
         rt.events.emit("slice.fail", qr=qr.name, node=failed.name, detail="hardware")
@@ -130,6 +154,7 @@ def start_maintenance(rt: Runtime, node: NodeRecord, worker: int, why: str) -> N
             f'Node "{node.name}" is {NodeState(node.state).name}; maintenance needs a READY '
             "node of an ACTIVE queued resource"
         )
+    require_running(rt, qr, "start maintenance on")
     epoch = rt.supersede(qr)
     node.health = Health.UNHEALTHY_MAINTENANCE
     node.maintenance = cloud_tpu.UpcomingMaintenance(

@@ -63,14 +63,17 @@ class Operations:
         operation: OperationRecord,
         response: Any = None,
         error: status_pb2.Status | None = None,
+        extras: dict[str, Any] | None = None,
     ) -> None:
-        """End `operation` with a response (a proto-plus or protobuf message) or an error;
-        an operation that already ended keeps its first outcome."""
+        """End `operation` with a response (a proto-plus or protobuf message, with `extras`,
+        its REST-only fields) or an error; an operation that already ended keeps its first
+        outcome."""
         if operation.done:
             return
         if response is not None and not isinstance(response, Message):
             response = type(response).pb(response)
         operation.response = response
+        operation.response_extras = dict(extras or {})
         operation.error = error
         operation.done = True
         operation.end_time = self._clock.wall()

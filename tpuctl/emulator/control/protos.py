@@ -1,13 +1,18 @@
-"""Records → the API's messages: QueuedResource, Node and the long-running Operation."""
+"""Records → the API's messages: QueuedResource, Node and the long-running Operation, and
+the REST-only fields of each (records.Extras)."""
 
 from __future__ import annotations
 
+import copy
+from datetime import datetime
 from typing import Any, TypeVar
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
+from google.protobuf import timestamp_pb2
 
 from tpuctl.emulator.control.records import (
+    Extras,
     Health,
     NodeRecord,
     NodeState,
@@ -97,7 +102,7 @@ def node_proto(node: NodeRecord) -> cloud_tpu.Node:
     result.scheduling_config = cloud_tpu.SchedulingConfig(
         preemptible=node.tier == "best-effort",
         spot=node.tier == "spot",
-        reserved=node.tier == "guaranteed",
+        reserved=node.tier in ("guaranteed", "reservation-bound"),
     )
     if node.maintenance is not None:
         result.upcoming_maintenance = node.maintenance
@@ -150,3 +155,44 @@ def guest_attributes(
             )
         )
     return cloud_tpu.GetGuestAttributesResponse(guest_attributes=result)
+
+
+def json_timestamp(moment: datetime) -> str:
+    """A timestamp as proto3 JSON writes one (RFC 3339, UTC, Z)."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(moment)
+    text: str = stamp.ToJsonString()
+    return text
+
+
+def merge_json(base: Any, overlay: Any) -> Any:
+    """`overlay` laid over `base` (records.Extras): objects merge key by key, lists element
+    by element, anything else is replaced. Neither argument is changed."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        merged = dict(base)
+        for key, value in overlay.items():
+            merged[key] = merge_json(base[key], value) if key in base else copy.deepcopy(value)
+        return merged
+    if isinstance(base, list) and isinstance(overlay, list):
+        merged_list = [merge_json(item, extra) for item, extra in zip(base, overlay, strict=False)]
+        return merged_list + list(base[len(overlay) :])
+    return copy.deepcopy(overlay)
+
+
+def qr_extras(qr: QueuedResourceRecord) -> Extras:
+    """The QR's REST-only fields: as sent, plus runDuration.terminationTime once set."""
+    extras: Extras = merge_json({}, qr.extras)
+    if qr.termination_time is not None:
+        run = extras.setdefault("runDuration", {})
+        run["terminationTime"] = json_timestamp(qr.termination_time)
+    return extras
+
+
+def node_extras(node: NodeRecord) -> Extras:
+    """The node's REST-only fields: its template's, plus schedulingConfig.terminationTimestamp
+    when the service will take it back."""
+    extras: Extras = merge_json({}, node.extras)
+    if node.termination_time is not None:
+        scheduling = extras.setdefault("schedulingConfig", {})
+        scheduling["terminationTimestamp"] = json_timestamp(node.termination_time)
+    return extras

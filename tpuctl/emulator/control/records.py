@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.protobuf.message import Message
@@ -23,6 +24,11 @@ NodeState = cloud_tpu.Node.State
 Health = cloud_tpu.Node.Health
 
 PREEMPTIBLE_TIERS = ("spot", "best-effort")
+Extras = dict[str, Any]
+"""Fields the REST API carries and the gRPC client's messages lack (provisioningModel,
+runDuration, bootDiskConfig.diskSizeGb, …), as JSON laid out like the resource's own JSON
+(`{"tpu": {"nodeSpec": [{"node": {"bootDiskConfig": {"diskSizeGb": "100"}}}]}}`); lists hold
+an entry per element of the resource's list, `{}` where an element has none."""
 
 
 @dataclass
@@ -37,6 +43,8 @@ class OperationRecord:
     error: status_pb2.Status | None = None
     cancel_requested: bool = False
     status_detail: str = ""
+    # The response's fields only the REST API carries, as a JSON overlay (see Extras below).
+    response_extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,6 +69,8 @@ class NodeRecord:
     unpublished_host_keys: set[int] = field(default_factory=set)
     metadata_version: int = 0
     maintenance: cloud_tpu.UpcomingMaintenance | None = None
+    extras: Extras = field(default_factory=dict)  # its template's REST-only fields
+    termination_time: datetime | None = None  # when the service takes it back
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -80,6 +90,11 @@ class QueuedResourceRecord:
     epoch: int = 0
     delete_operation: str | None = None
     flow_lock: threading.Lock = field(default_factory=threading.Lock)
+    extras: Extras = field(default_factory=dict)  # the REST-only fields as sent
+    # The end of its run duration, fixed when provisioning starts (runDuration.terminationTime),
+    # and when the service takes the nodes back: that, or its reservation's end if earlier.
+    run_end: datetime | None = None
+    termination_time: datetime | None = None
 
     @property
     def name(self) -> str:

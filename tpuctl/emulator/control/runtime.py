@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from tpuctl.emulator.control import transitions
 from tpuctl.emulator.control.capacity import CapacityPools
+from tpuctl.emulator.control.catalog import Reservations
 from tpuctl.emulator.control.clock import Clock
 from tpuctl.emulator.control.config import EmulatorConfig
 from tpuctl.emulator.control.events import EventLog
@@ -54,6 +55,10 @@ class Runtime:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.pools = CapacityPools(config.capacity)
+        self.flex_pools = CapacityPools(config.flex_capacity)  # provisioningModel FLEX_START
+        # Reservation-bound QRs draw from their reservation: one pool per reservation name.
+        self.reserved = CapacityPools({})
+        self.reservations = Reservations()
         self.qrs: dict[str, QueuedResourceRecord] = {}
         self.nodes: dict[str, NodeRecord] = {}
         self.operations = Operations(clock, self.lock)
@@ -97,9 +102,19 @@ class Runtime:
     def set_node_state(self, node: NodeRecord, state: int, health: int | None = None) -> None:
         transitions.set_node_state(node, state, self.events, health)
 
+    def pool_of(self, qr: QueuedResourceRecord) -> tuple[CapacityPools, str, str | None]:
+        """(pools, key, zone) the QR draws its chips from: its generation's pool (flex-start's
+        own for FLEX_START), or its reservation's."""
+        plan = qr.plan
+        if plan.tier == "reservation-bound":
+            return self.reserved, plan.reservation, None
+        pools = self.flex_pools if plan.tier == "flex-start" else self.pools
+        return pools, plan.accelerator.generation, plan.zone
+
     def release(self, qr: QueuedResourceRecord) -> None:
         """Give the QR's chips back to its pool, waking QRs that wait for capacity."""
-        if self.pools.release(qr.name):
+        pools, _key, _zone = self.pool_of(qr)
+        if pools.release(qr.name):
             self.events.emit("capacity.release", qr=qr.name)
             self.cond.notify_all()
 

@@ -10,6 +10,7 @@ messages), operations.py (long-running operations).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,11 +32,20 @@ from tpuctl.emulator.control.plane import WorkerPlaneAPI
 from tpuctl.emulator.control.protos import (
     copy_message,
     guest_attributes,
+    node_extras,
     node_proto,
     operation_proto,
+    qr_extras,
     qr_proto,
 )
-from tpuctl.emulator.control.records import Initiator, NodeState, QrState, QueuedResourceRecord
+from tpuctl.emulator.control.records import (
+    Extras,
+    Health,
+    Initiator,
+    NodeState,
+    QrState,
+    QueuedResourceRecord,
+)
 from tpuctl.emulator.control.runtime import Runtime
 from tpuctl.emulator.control.status import already_exists, invalid, not_found, precondition
 from tpuctl.emulator.control.validation import validate_create
@@ -48,6 +58,16 @@ UPDATABLE_NODE_FIELDS = ("metadata", "labels", "tags", "description")
 DELETABLE_WITHOUT_FORCE = (QrState.ACCEPTED, QrState.FAILED, QrState.SUSPENDED)
 
 T = TypeVar("T")
+M = TypeVar("M")
+
+
+def copy_json(value: Extras) -> Extras:
+    copied: Extras = json.loads(json.dumps(value))
+    return copied
+
+
+# A message and its REST-only fields (records.Extras): what the REST face renders.
+Document = tuple[M, Extras]
 
 
 def _page(items: list[T], page_size: int, page_token: str) -> tuple[list[T], str]:
@@ -85,20 +105,23 @@ class CloudTpu:
     ) -> None:
         self.config = config
         self._rt = Runtime(config, plane, events, clock, identity_factory)
-        self.reservations = catalog.Reservations()
+        self.reservations = self._rt.reservations
         # A project's common instance metadata (the server's Access sets this).
         self.project_metadata: Callable[[str], dict[str, str]] = lambda _project: {}
 
     # ----------------------------------------------------------------- queued resources
     def create_queued_resource(
-        self, request: cloud_tpu.CreateQueuedResourceRequest
+        self, request: cloud_tpu.CreateQueuedResourceRequest, extras: Extras | None = None
     ) -> operations_pb2.Operation:
+        """`extras`: the REST-only fields of request.queued_resource (records.Extras)."""
         rt = self._rt
         with rt.lock:
             replay = rt.operations.replay("create", request.request_id)
             if replay is not None:
                 return replay
-            plan = validate_create(request, rt.clock)
+            plan = validate_create(request, rt.clock, extras)
+            if plan.tier == "reservation-bound":
+                self._check_reservation(plan.reservation, plan.accelerator.generation)
             if plan.name in rt.qrs:
                 raise already_exists("queuedResource", plan.name)
             for node in plan.nodes:
@@ -113,6 +136,7 @@ class CloudTpu:
                 spec=spec,
                 node_names=[f"{plan.parent}/nodes/{node.node_id}" for node in plan.nodes],
                 create_time=now,
+                extras=copy_json(extras or {}),
             )
             rt.qrs[plan.name] = record
             operation = rt.operations.start(plan.parent, plan.name, "create", request.request_id)
@@ -126,12 +150,24 @@ class CloudTpu:
             return operation_proto(operation)
 
     def get_queued_resource(self, name: str) -> cloud_tpu.QueuedResource:
+        return self.queued_resource_document(name)[0]
+
+    def queued_resource_document(self, name: str) -> Document[cloud_tpu.QueuedResource]:
         with self._rt.lock:
-            return qr_proto(self._rt.qr(name))
+            record = self._rt.qr(name)
+            return qr_proto(record), qr_extras(record)
 
     def list_queued_resources(
         self, parent: str, page_size: int, page_token: str
     ) -> cloud_tpu.ListQueuedResourcesResponse:
+        page, token = self.list_queued_resource_documents(parent, page_size, page_token)
+        return cloud_tpu.ListQueuedResourcesResponse(
+            queued_resources=[message for message, _ in page], next_page_token=token
+        )
+
+    def list_queued_resource_documents(
+        self, parent: str, page_size: int, page_token: str
+    ) -> tuple[list[Document[cloud_tpu.QueuedResource]], str]:
         parse_parent(parent)
         with self._rt.lock:
             records = sorted(
@@ -139,9 +175,7 @@ class CloudTpu:
                 key=lambda r: r.name,
             )
             page, token = _page(records, page_size, page_token)
-            return cloud_tpu.ListQueuedResourcesResponse(
-                queued_resources=[qr_proto(r) for r in page], next_page_token=token
-            )
+            return [(qr_proto(r), qr_extras(r)) for r in page], token
 
     def delete_queued_resource(
         self, name: str, force: bool, request_id: str
@@ -179,6 +213,7 @@ class CloudTpu:
                     f'Queued resource "{name}" is {QrState(qr.state).name}; only an ACTIVE '
                     "queued resource can be reset"
                 )
+            faults.require_running(rt, qr, "reset")
             operation = rt.operations.start(qr.plan.parent, name, "reset", "")
             epoch = rt.supersede(qr)
             rt.events.emit("qr.reset", qr=name)
@@ -187,12 +222,24 @@ class CloudTpu:
 
     # ----------------------------------------------------------------------------- nodes
     def get_node(self, name: str) -> cloud_tpu.Node:
+        return self.node_document(name)[0]
+
+    def node_document(self, name: str) -> Document[cloud_tpu.Node]:
         with self._rt.lock:
-            return node_proto(self._rt.node(name))
+            record = self._rt.node(name)
+            return node_proto(record), node_extras(record)
 
     def list_nodes(
         self, parent: str, page_size: int, page_token: str
     ) -> cloud_tpu.ListNodesResponse:
+        page, token = self.list_node_documents(parent, page_size, page_token)
+        return cloud_tpu.ListNodesResponse(
+            nodes=[message for message, _ in page], next_page_token=token
+        )
+
+    def list_node_documents(
+        self, parent: str, page_size: int, page_token: str
+    ) -> tuple[list[Document[cloud_tpu.Node]], str]:
         parse_parent(parent)
         with self._rt.lock:
             records = sorted(
@@ -200,9 +247,7 @@ class CloudTpu:
                 key=lambda n: n.name,
             )
             page, token = _page(records, page_size, page_token)
-            return cloud_tpu.ListNodesResponse(
-                nodes=[node_proto(n) for n in page], next_page_token=token
-            )
+            return [(node_proto(n), node_extras(n)) for n in page], token
 
     def update_node(self, request: cloud_tpu.UpdateNodeRequest) -> operations_pb2.Operation:
         paths = list(request.update_mask.paths) if "update_mask" in request else []
@@ -239,7 +284,7 @@ class CloudTpu:
         if push:
             rt.plane.set_metadata(node.node_id, metadata)
         with rt.lock:
-            rt.operations.finish(operation, node_proto(node))
+            rt.operations.finish(operation, node_proto(node), extras=node_extras(node))
             return operation_proto(operation)
 
     def delete_node(self, name: str, request_id: str) -> operations_pb2.Operation:
@@ -259,6 +304,41 @@ class CloudTpu:
                 rt.supersede(qr)
                 rt.set_qr_state(qr, QrState.SUSPENDING, Initiator.USER)
             rt.spawn(flows.delete_node, node, qr if suspend else None, operation)
+            return operation_proto(operation)
+
+    def stop_node(self, name: str) -> operations_pb2.Operation:
+        """Stop a READY, healthy node of an ACTIVE QR: its VMs shut down (disks kept), the node
+        STOPPING → STOPPED; the QR stays ACTIVE and keeps its chips."""
+        rt = self._rt
+        with rt.lock:
+            node = rt.node(name)
+            qr = rt.qrs.get(node.qr_name)
+            if qr is None or qr.state != QrState.ACTIVE or node.state != NodeState.READY:
+                raise precondition(
+                    f'Node "{name}" is {NodeState(node.state).name}; only a READY node of an '
+                    "ACTIVE queued resource can be stopped"
+                )
+            if node.health != Health.HEALTHY:
+                raise precondition(f'Node "{name}" is under maintenance; stop it afterwards')
+            operation = rt.operations.start(node.parent, name, "stop", "")
+            rt.set_node_state(node, NodeState.STOPPING)
+            rt.spawn(flows.stop, qr, qr.epoch, node, operation)
+            return operation_proto(operation)
+
+    def start_node(self, name: str) -> operations_pb2.Operation:
+        """Start a STOPPED node: STARTING, its VMs boot (the startup script runs), READY."""
+        rt = self._rt
+        with rt.lock:
+            node = rt.node(name)
+            qr = rt.qrs.get(node.qr_name)
+            if qr is None or qr.state != QrState.ACTIVE or node.state != NodeState.STOPPED:
+                raise precondition(
+                    f'Node "{name}" is {NodeState(node.state).name}; only a STOPPED node of an '
+                    "ACTIVE queued resource can be started"
+                )
+            operation = rt.operations.start(node.parent, name, "start", "")
+            rt.set_node_state(node, NodeState.STARTING)
+            rt.spawn(flows.start, qr, qr.epoch, node, operation)
             return operation_proto(operation)
 
     def get_guest_attributes(
@@ -293,7 +373,7 @@ class CloudTpu:
             worker = workers[0] if workers else 0
             operation = rt.operations.start(node.parent, name, "simulateMaintenanceEvent", "")
             faults.start_maintenance(rt, node, worker, "simulated")
-            rt.operations.finish(operation, node_proto(node))
+            rt.operations.finish(operation, node_proto(node), extras=node_extras(node))
             return operation_proto(operation)
 
     # ------------------------------------------------------------------------- locations
@@ -341,17 +421,88 @@ class CloudTpu:
     def list_reservations(
         self, parent: str, page_size: int, page_token: str
     ) -> cloud_tpu.ListReservationsResponse:
-        page, token = _page(self.reservations.listed(parent), page_size, page_token)
+        with self._rt.lock:
+            usage = {name: self._rt.reserved.used(name) for name in self._rt.reserved.keys()}  # noqa: SIM118
+        page, token = _page(self.reservations.listed(parent, usage), page_size, page_token)
         return cloud_tpu.ListReservationsResponse(reservations=page, next_page_token=token)
+
+    def put_reservation(
+        self,
+        name: str,
+        *,
+        chips: int | None = None,
+        generation: str | None = None,
+        state: str | None = None,
+        start_time: object = catalog.UNCHANGED,
+        end_time: object = catalog.UNCHANGED,
+    ) -> list[dict[str, object]]:
+        """Make a reservation (`chips` given) or change one: its state or window. A window
+        that ends takes back the nodes of the reservation-bound QRs in it (their termination
+        time follows the window's end). Answers every reservation."""
+        rt = self._rt
+        with rt.lock:
+            rt.reservations.put_or_update(
+                name, chips=chips, generation=generation, state=state,
+                start_time=start_time, end_time=end_time,
+            )  # fmt: skip
+            pushes = self._retime_bound(name)
+        for node_id, scheduling in pushes:
+            rt.plane.set_scheduling(node_id, scheduling)
+        rt.events.emit("reservation", detail=name)
+        return rt.reservations.snapshot()
+
+    def remove_reservation(self, name: str) -> list[dict[str, object]]:
+        """Remove a reservation: the QRs bound to it lose their nodes now."""
+        rt = self._rt
+        with rt.lock:
+            if not rt.reservations.remove(name):
+                raise not_found("reservation", name)
+            pushes = self._retime_bound(name)
+        for node_id, scheduling in pushes:
+            rt.plane.set_scheduling(node_id, scheduling)
+        rt.events.emit("reservation", detail=f"{name} removed")
+        return rt.reservations.snapshot()
+
+    def _retime_bound(self, reservation: str) -> list[tuple[str, dict[str, str]]]:
+        """After a reservation changed: recompute the termination times of the QRs bound to it
+        and wake the flows waiting on it. Under the lock."""
+        rt = self._rt
+        pushes = []
+        for qr in rt.qrs.values():
+            if qr.plan.tier == "reservation-bound" and qr.plan.reservation == reservation:
+                pushes.extend(flows.retime(rt, qr))
+        rt.cond.notify_all()
+        return pushes
+
+    def _check_reservation(self, name: str, generation: str) -> None:
+        """A reservation-bound create names a reservation that exists, of its generation."""
+        record = self._rt.reservations.get(name)
+        if record is None:
+            raise not_found("reservation", name)
+        if record.generation != generation:
+            raise invalid(f'Reservation "{name}" holds {record.generation} chips, not {generation}')
 
     # ------------------------------------------------------------------------ operations
     def get_operation(self, name: str) -> operations_pb2.Operation:
+        return self.operation_document(name)[0]
+
+    def operation_document(self, name: str) -> Document[operations_pb2.Operation]:
+        """The operation, and its response's REST-only fields."""
         with self._rt.lock:
-            return operation_proto(self._rt.operations.get(name))
+            record = self._rt.operations.get(name)
+            return operation_proto(record), dict(record.response_extras)
 
     def list_operations(
         self, name: str, page_size: int, page_token: str
     ) -> operations_pb2.ListOperationsResponse:
+        page, token = self.list_operation_documents(name, page_size, page_token)
+        return operations_pb2.ListOperationsResponse(
+            operations=[message for message, _ in page], next_page_token=token
+        )
+
+    def list_operation_documents(
+        self, name: str, page_size: int, page_token: str
+    ) -> tuple[list[Document[operations_pb2.Operation]], str]:
         parse_parent(name)
         with self._rt.lock:
             records = [
@@ -360,9 +511,7 @@ class CloudTpu:
                 if parent_matches(name, op.name.rsplit("/operations/", 1)[0])
             ]
             page, token = _page(records, page_size, page_token)
-            return operations_pb2.ListOperationsResponse(
-                operations=[operation_proto(op) for op in page], next_page_token=token
-            )
+            return [(operation_proto(op), dict(op.response_extras)) for op in page], token
 
     def delete_operation(self, name: str) -> None:
         with self._rt.lock:
@@ -390,12 +539,16 @@ class CloudTpu:
     def set_hostkey_fault(self, name: str, worker: int, mode: str) -> dict[str, Any]:
         return faults.set_hostkey_fault(self._rt, name, worker, mode)
 
-    def set_capacity(self, changes: dict[str, int], zone: str | None = None) -> dict[str, Any]:
-        return faults.set_capacity(self._rt, changes, zone)
+    def set_capacity(
+        self, changes: dict[str, int], zone: str | None = None, *, flex_start: bool = False
+    ) -> dict[str, Any]:
+        """Resize pools: the standard ones, or with `flex_start` flex-start's own."""
+        return faults.set_capacity(self._rt, changes, zone, flex_start=flex_start)
 
-    def capacity(self, zone: str | None = None) -> dict[str, Any]:
+    def capacity(self, zone: str | None = None, *, flex_start: bool = False) -> dict[str, Any]:
         with self._rt.lock:
-            return self._rt.pools.snapshot(zone)
+            pools = self._rt.flex_pools if flex_start else self._rt.pools
+            return pools.snapshot(zone)
 
     def status(self) -> dict[str, Any]:
         rt = self._rt
@@ -403,6 +556,7 @@ class CloudTpu:
             return {
                 "speed": rt.clock.speed,
                 "capacity": rt.pools.snapshot(),
+                "flex_start": {"capacity": rt.flex_pools.snapshot()},
                 "queued_resources": [
                     {
                         "name": qr.name,

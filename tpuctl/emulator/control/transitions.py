@@ -33,6 +33,11 @@ class IllegalTransition(RuntimeError):
 
 
 _DELETE_QR = "DeleteQueuedResource (state.delete_queued_resource)"
+_LOSE_RESOURCES = (
+    "spot/best-effort preempted by the admin or a capacity reclaim (faults.begin_preemption),"
+    " one of its nodes deleted (state.delete_node), or its run duration or reservation ended"
+    " (flows.run_out)"
+)
 
 QR_TRANSITIONS: tuple[Transition, ...] = (
     # Creation, in order.
@@ -66,19 +71,18 @@ QR_TRANSITIONS: tuple[Transition, ...] = (
     Transition(
         QrState.PROVISIONING,
         QrState.SUSPENDING,
-        "spot/best-effort preempted by the admin or a capacity reclaim (faults.begin_preemption),"
-        " or one of its nodes deleted (state.delete_node)",
+        _LOSE_RESOURCES,
     ),
     Transition(
         QrState.ACTIVE,
         QrState.SUSPENDING,
-        "spot/best-effort preempted by the admin or a capacity reclaim (faults.begin_preemption),"
-        " or one of its nodes deleted (state.delete_node)",
+        _LOSE_RESOURCES,
     ),
     Transition(
         QrState.SUSPENDING,
         QrState.SUSPENDED,
-        "the VMs are stopped and the capacity released (flows.preempt, flows.delete_node)",
+        "the VMs are stopped (or deleted) and the capacity released (flows.preempt, "
+        "flows.delete_node, flows.take_back)",
     ),
     # Deletion, from any state it can be found in (without force only when it has no nodes
     # or is SUSPENDED or FAILED; a second delete returns the first one's operation).
@@ -91,7 +95,10 @@ QR_TRANSITIONS: tuple[Transition, ...] = (
     Transition(QrState.FAILED, QrState.DELETING, _DELETE_QR),
 )
 
-_DELETE_NODE = "its QR or the node itself deleted (state.delete_queued_resource, state.delete_node)"
+_DELETE_NODE = (
+    "its QR or the node itself deleted (state.delete_queued_resource, state.delete_node), or "
+    "its QR's run ended (flows.run_out)"
+)
 _PREEMPT_NODE = "its QR preempted (flows.preempt)"
 _STOP_NODE = "a sibling node was deleted, so its QR is suspended (flows.delete_node)"
 
@@ -131,22 +138,37 @@ NODE_TRANSITIONS: tuple[Transition, ...] = (
         NodeState.READY,
         "the repair booted its fresh VMs (flows.restart)",
     ),
+    # StopNode and StartNode (reset, repair and maintenance wait until no node is stopped).
+    Transition(NodeState.READY, NodeState.STOPPING, "StopNode (state.stop_node)"),
+    Transition(
+        NodeState.STOPPING,
+        NodeState.STOPPED,
+        "its VMs shut down (flows.stop), or a sibling node was deleted (flows.delete_node)",
+    ),
+    Transition(NodeState.STOPPED, NodeState.STARTING, "StartNode (state.start_node)"),
+    Transition(NodeState.STARTING, NodeState.READY, "its VMs booted (flows.start)"),
     # Losing the resources.
     Transition(NodeState.CREATING, NodeState.PREEMPTED, _PREEMPT_NODE),
     Transition(NodeState.READY, NodeState.PREEMPTED, _PREEMPT_NODE),
     Transition(NodeState.RESTARTING, NodeState.PREEMPTED, _PREEMPT_NODE),
     Transition(NodeState.REPAIRING, NodeState.PREEMPTED, _PREEMPT_NODE),
+    Transition(NodeState.STOPPING, NodeState.PREEMPTED, _PREEMPT_NODE),
+    Transition(NodeState.STOPPED, NodeState.PREEMPTED, _PREEMPT_NODE),
+    Transition(NodeState.STARTING, NodeState.PREEMPTED, _PREEMPT_NODE),
     Transition(NodeState.CREATING, NodeState.STOPPED, _STOP_NODE),
     Transition(NodeState.READY, NodeState.STOPPED, _STOP_NODE),
     Transition(NodeState.RESTARTING, NodeState.STOPPED, _STOP_NODE),
     Transition(NodeState.REPAIRING, NodeState.STOPPED, _STOP_NODE),
+    Transition(NodeState.STARTING, NodeState.STOPPED, _STOP_NODE),
     # Deletion, from every state but DELETING.
     Transition(NodeState.CREATING, NodeState.DELETING, _DELETE_NODE),
     Transition(NodeState.READY, NodeState.DELETING, _DELETE_NODE),
     Transition(NodeState.RESTARTING, NodeState.DELETING, _DELETE_NODE),
     Transition(NodeState.REPAIRING, NodeState.DELETING, _DELETE_NODE),
     Transition(NodeState.PREEMPTED, NodeState.DELETING, _DELETE_NODE),
+    Transition(NodeState.STOPPING, NodeState.DELETING, _DELETE_NODE),
     Transition(NodeState.STOPPED, NodeState.DELETING, _DELETE_NODE),
+    Transition(NodeState.STARTING, NodeState.DELETING, _DELETE_NODE),
 )
 
 _QR_TABLE = {(row.source, row.target): row for row in QR_TRANSITIONS}

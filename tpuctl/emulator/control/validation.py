@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
@@ -14,12 +17,22 @@ from tpuctl.topology import MAX_SLICES, Accelerator, AcceleratorError, from_type
 from tpuctl.topology import parse_accelerator as parse_accelerator_type
 
 TIERS = {"spot": "spot", "guaranteed": "guaranteed", "best_effort": "best-effort"}
+# QueuedResource.provisioningModel (REST only: the gRPC client has no such field).
+PROVISIONING_MODELS = ("STANDARD", "SPOT", "RESERVATION_BOUND", "FLEX_START")
+# Flex-start is offered for these generations only (Cloud TPU's flex-start page).
+FLEX_START_GENERATIONS = ("v5e", "v6e")
+# runDuration.maxRunDuration: up to 7 days (documented); at least 10 minutes (as Compute
+# Engine's flex-start VMs; not documented for Cloud TPU).
+MIN_RUN_DURATION = 600.0
+MAX_RUN_DURATION = 7 * 86400.0
+_PROTO_DURATION = re.compile(r"^(\d+)(\.\d{1,9})?s$")
 
 
 @dataclass(frozen=True)
 class PlannedNode:
     node_id: str
     template: cloud_tpu.Node  # the node as sent in its node_spec
+    spec_index: int = 0  # which node_spec it comes from
 
 
 @dataclass(frozen=True)
@@ -32,9 +45,13 @@ class CreatePlan:
     qr_id: str
     accelerator: Accelerator
     nodes: tuple[PlannedNode, ...]
-    tier: str  # "on-demand" | "spot" | "guaranteed" | "best-effort"
+    tier: str  # "on-demand" | "spot" | "guaranteed" | "best-effort" | "flex-start" | …
     valid_until: float | None  # monotonic deadline, None = wait for ever
     valid_after: float  # monotonic instant before which it is not provisioned
+    # "reservation-bound" too. The REST-only provisioning fields, when sent:
+    provisioning_model: str = ""  # one of PROVISIONING_MODELS
+    max_run_duration: float | None = None  # emulated seconds from provisioning to the end
+    reservation: str = ""  # queued_resource.reservation_name
 
     @property
     def name(self) -> str:
@@ -73,8 +90,15 @@ def node_accelerator(node: cloud_tpu.Node, where: str) -> Accelerator:
     return result
 
 
-def validate_create(request: cloud_tpu.CreateQueuedResourceRequest, clock: Clock) -> CreatePlan:
-    """Check a create the way the service does; ApiError(INVALID_ARGUMENT) on the first problem."""
+def validate_create(
+    request: cloud_tpu.CreateQueuedResourceRequest,
+    clock: Clock,
+    extras: Mapping[str, Any] | None = None,
+) -> CreatePlan:
+    """Check a create the way the service does; ApiError(INVALID_ARGUMENT) on the first problem.
+
+    `extras`: the fields only the REST API carries (provisioningModel, runDuration, …) as
+    their JSON, already checked against their types."""
     project, zone = parse_parent(request.parent)
     qr_id = request.queued_resource_id
     if not qr_id:
@@ -89,7 +113,7 @@ def validate_create(request: cloud_tpu.CreateQueuedResourceRequest, clock: Clock
     accelerator: Accelerator | None = None
     for index, spec in enumerate(qr.tpu.node_spec):
         where = f"tpu.node_spec[{index}]"
-        spec_nodes, spec_accelerator = _plan_spec(spec, where, request.parent, qr_id)
+        spec_nodes, spec_accelerator = _plan_spec(spec, where, request.parent, qr_id, index)
         if accelerator and spec_accelerator.accelerator_type != accelerator.accelerator_type:
             raise invalid(f"{where}: every node of a queued resource must have the same type")
         accelerator = spec_accelerator
@@ -104,7 +128,7 @@ def validate_create(request: cloud_tpu.CreateQueuedResourceRequest, clock: Clock
         raise invalid(f"at most {MAX_SLICES} nodes per queued resource, not {len(nodes)}")
     if len({node.node_id for node in nodes}) != len(nodes):
         raise invalid("node ids must be unique within a queued resource")
-    tier = TIERS.get(qr_pb.WhichOneof("tier") or "", "on-demand")
+    model, tier, max_run = _provisioning(qr, extras or {}, accelerator)
     valid_until, valid_after = _queueing_window(qr, clock)
     return CreatePlan(
         parent=request.parent,
@@ -116,11 +140,80 @@ def validate_create(request: cloud_tpu.CreateQueuedResourceRequest, clock: Clock
         tier=tier,
         valid_until=valid_until,
         valid_after=valid_after,
+        provisioning_model=model,
+        max_run_duration=max_run,
+        reservation=qr.reservation_name,
     )
 
 
+def proto_duration(text: str, where: str) -> float:
+    """A proto3 JSON duration (`"3600s"`, `"1.5s"`) → seconds; INVALID_ARGUMENT otherwise."""
+    match = _PROTO_DURATION.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise invalid(f'Invalid value at \'{where}\' ("{text}"): a duration like "3600s"')
+    return float(match.group(1) + (match.group(2) or ""))
+
+
+def _provisioning(
+    qr: cloud_tpu.QueuedResource, extras: Mapping[str, Any], accelerator: Accelerator
+) -> tuple[str, str, float | None]:
+    """(provisioning model, tier, max run duration): the tier fields and the REST-only
+    provisioningModel must agree. gcloud alpha sends provisioningModel STANDARD with `--spot`
+    (and SPOT with `spot: {}` for `--provisioning-model=spot`): STANDARD defers to the tier."""
+    field = cloud_tpu.QueuedResource.pb(qr).WhichOneof("tier") or ""
+    model = str(extras.get("provisioningModel") or "")
+    if model == "PROVISIONING_MODEL_UNSPECIFIED":
+        model = ""
+    run = extras.get("runDuration") or {}
+    text = run.get("maxRunDuration") if isinstance(run, Mapping) else None
+    max_run = (
+        proto_duration(text, "queued_resource.run_duration.max_run_duration") if text else None
+    )
+    allowed = {
+        "FLEX_START": ("",),
+        "RESERVATION_BOUND": ("", "guaranteed"),
+        "SPOT": ("", "spot"),
+    }.get(model)
+    if allowed is not None and field not in allowed:
+        raise invalid(
+            f"provisioning_model {model} cannot be combined with the {field} tier; "
+            "leave the tier unset"
+        )
+    if model == "FLEX_START":
+        if max_run is None:
+            raise invalid(
+                "provisioning_model FLEX_START requires run_duration.max_run_duration "
+                "(at most 7 days)"
+            )
+        if accelerator.generation not in FLEX_START_GENERATIONS:
+            raise invalid(
+                f"provisioning_model FLEX_START is not offered for {accelerator.generation} "
+                f"({accelerator.accelerator_type}); flex-start serves "
+                + " and ".join(FLEX_START_GENERATIONS)
+            )
+        if qr.reservation_name:
+            raise invalid("provisioning_model FLEX_START does not consume a reservation")
+    if model == "RESERVATION_BOUND":
+        name = qr.reservation_name
+        if not name or name.endswith("/reservations/-"):
+            raise invalid(
+                "provisioning_model RESERVATION_BOUND requires reservation_name naming one "
+                "reservation (projects/P/locations/Z/reservations/R)"
+            )
+    if max_run is not None and not MIN_RUN_DURATION <= max_run <= MAX_RUN_DURATION:
+        raise invalid(
+            f"run_duration.max_run_duration must be between 10 minutes and 7 days, not {text}"
+        )
+    tier = {"FLEX_START": "flex-start", "RESERVATION_BOUND": "reservation-bound"}.get(model)
+    if tier is None:
+        tier = "spot" if model == "SPOT" else TIERS.get(field, "on-demand")
+    if not model:
+        model = "SPOT" if tier == "spot" else "STANDARD"
+    return model, tier, max_run
+
+
 def _plan_spec(
-    spec: cloud_tpu.QueuedResource.Tpu.NodeSpec, where: str, parent: str, qr_id: str
+    spec: cloud_tpu.QueuedResource.Tpu.NodeSpec, where: str, parent: str, qr_id: str, index: int
 ) -> tuple[list[PlannedNode], Accelerator]:
     if spec.parent != parent:
         raise invalid(f'{where}.parent "{spec.parent}" must be the request parent "{parent}"')
@@ -152,7 +245,7 @@ def _plan_spec(
     accelerator = node_accelerator(template, f"{where}.node")
     if not template.runtime_version:
         raise invalid(f"{where}.node.runtime_version is required")
-    return [PlannedNode(node_id, template) for node_id in node_ids], accelerator
+    return [PlannedNode(node_id, template, index) for node_id in node_ids], accelerator
 
 
 def _seconds(value: timedelta) -> float:

@@ -95,8 +95,12 @@ def worker_attributes(view: WorkerView, metadata: Mapping[str, str]) -> dict[str
     return attributes
 
 
-def metadata_tree(view: WorkerView, metadata: Mapping[str, str]) -> MetadataTree:
-    """Everything under /computeMetadata/v1/ for one worker."""
+def metadata_tree(
+    view: WorkerView, metadata: Mapping[str, str], scheduling: Mapping[str, str] | None = None
+) -> MetadataTree:
+    """Everything under /computeMetadata/v1/ for one worker; `scheduling`: what
+    instance/scheduling/ serves besides `preemptible` (`termination-time`: when the service
+    takes the VM back, RFC 3339)."""
     name = hostname(view)
     number = project_number(view.project)
     instance_id = str(
@@ -110,7 +114,9 @@ def metadata_tree(view: WorkerView, metadata: Mapping[str, str]) -> MetadataTree
             "name": name,
             "zone": f"projects/{number}/zones/{view.zone}",
             "network-interfaces": {"0": {"ip": view.worker_ips[view.worker]}},
-            "scheduling": {"preemptible": "TRUE" if view.preemptible else "FALSE"},
+            "scheduling": {
+                **(scheduling or {}), "preemptible": "TRUE" if view.preemptible else "FALSE",
+            },
         },
         "project": {"project-id": view.project, "numeric-project-id": number, "attributes": {}},
     }  # fmt: skip

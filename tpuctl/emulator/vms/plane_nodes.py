@@ -76,6 +76,9 @@ class HostPlane(Protocol):
     def instance_id(self) -> str: ...
 
     @property
+    def speed(self) -> float: ...
+
+    @property
     def ssh_port(self) -> int: ...
 
     @property
@@ -127,6 +130,9 @@ class PlaneWorker:
             "GCE_METADATA_HOST": f"{self.ip}:{self.plane.metadata_port}",
             "GCE_METADATA_IP": f"{self.ip}:{self.plane.metadata_port}",
             "TPUCTL_VM_ROOT": str(self.vm_root),
+            # Emulated intervals are real ones ÷ this: a script that waits for a time the
+            # metadata server gives (termination-time) scales its own margins by it.
+            "TPUCTL_EMULATOR_SPEED": f"{self.plane.speed:g}",
             vm.EMULATOR_MARKER: self.plane.instance_id,
             vm.WORKER_MARKER: self.marker,
         }
@@ -199,7 +205,7 @@ class PlaneWorker:
             num_slices=identity.num_slices,
             coordinator=node.coordinator_address(),
         )
-        tree = metadata_server.metadata_tree(view, node.metadata)
+        tree = metadata_server.metadata_tree(view, node.metadata, node.scheduling)
         self._tree = (version, tree)
         return tree
 
@@ -280,6 +286,8 @@ class PlaneNode:
         self.version = 0
         self.metadata: dict[str, str] = {}
         self.instance_state: dict[str, str] = {}  # metadata.instance_tree's `state`
+        # instance/scheduling/ beyond `preemptible` (termination-time), replaced, never mutated.
+        self.scheduling: dict[str, str] = {}
         self.keys: dict[str, list[str]] = {}
         self._key_cache: dict[str, asyncssh.SSHAuthorizedKeys] = {}
         self.deleted = False

@@ -256,6 +256,12 @@ class WorkerPlane:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
 
+    def set_scheduling(self, node_id: str, scheduling: dict[str, str]) -> None:
+        """Replace what the workers serve under instance/scheduling/ besides `preemptible`."""
+        with self._locked(node_id) as node:
+            node.scheduling = dict(scheduling)
+            node.version += 1
+
     def boot(self, node_id: str) -> None:
         """One boot of every worker: count it and start the startup script, as the guest agent."""
         with self._locked(node_id) as node:
