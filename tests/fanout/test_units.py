@@ -67,6 +67,8 @@ def test_exit_code_precedence() -> None:
     assert _result("failed", "timeout").exit_code == ExitCode.DEADLINE
     assert _result("failed", "timeout", "unreachable").exit_code == ExitCode.UNREACHABLE
     assert _result("unreachable", "hostkey-mismatch").exit_code == ExitCode.AUTH
+    assert _result("unreachable", "hostkey-unknown").exit_code == ExitCode.AUTH
+    assert _result("unreachable", "auth-failed").exit_code == ExitCode.AUTH
     interrupted = _result("ok")
     interrupted.interrupted = True
     assert interrupted.exit_code == ExitCode.INTERRUPTED
