@@ -87,4 +87,11 @@ def jsonable(value: Any) -> Any:
 
 
 def to_json(document: Any) -> str:
-    return json.dumps(jsonable(document), indent=2, ensure_ascii=False)
+    text = json.dumps(jsonable(document), indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Arguments and paths that were not UTF-8 are surrogate escapes (U+DC80-U+DCFF): as
+        # \udcXX escapes the JSON stays UTF-8, and json.loads then os.fsencode give the bytes.
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
