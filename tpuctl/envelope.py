@@ -64,9 +64,14 @@ def error_envelope(error: TpuctlError) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": ERROR_KIND, "error": jsonable(error.to_dict())}
 
 
+_PLAIN = frozenset((str, int, float, bool))
+
+
 def jsonable(value: Any) -> Any:
     """Plain JSON values: results and dataclasses as objects, times as RFC 3339, durations as
     seconds, enums by value, paths as strings."""
+    if value is None or type(value) in _PLAIN:  # most leaves: skip the checks below
+        return value
     if isinstance(value, Result):
         return value.to_dict()
     if is_dataclass(value) and not isinstance(value, type):

@@ -264,14 +264,17 @@ def verify_host_key(
 ) -> None:
     """The key the worker presented must be one it published in its guest attributes (then it
     is pinned), else its pinned key; with neither, it is pinned on first use (accept-new)."""
-    presented = f"{algorithm} {fingerprint(blob)}"
+
+    def presented() -> str:  # its fingerprint, computed only for a refusal
+        return f"{algorithm} {fingerprint(blob)}"
+
     if target.host_keys:
         if not any(same_key(key_pair, (algorithm, blob)) for key_pair in target.host_keys):
             raise SetupError(
                 "hostkey-mismatch",
                 f"HOST KEY MISMATCH for worker {target.label} ({target.node_id}, "
-                f"{target.address}): it presented {presented}, which is not the key in its "
-                "guest attributes; not connecting",
+                f"{target.address}): it presented {presented()}, "
+                "which is not the key in its guest attributes; not connecting",
             )
         if pins is not None:
             pins.remember(target, algorithm, blob, first_use=False)
@@ -281,7 +284,7 @@ def verify_host_key(
     pinned = pins.pinned(target)
     if pinned:
         if not any(same_key((pin.algorithm, pin.blob), (algorithm, blob)) for pin in pinned):
-            raise _changed(target, presented, pinned[0], pins)
+            raise _changed(target, presented(), pinned[0], pins)
         return
     if not pins.accepts_new:  # expected_keys refused it already
         raise SetupError("hostkey-unknown", f"worker {target.label} has no known host key")
