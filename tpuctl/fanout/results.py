@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from tpuctl.envelope import Result, jsonable
 from tpuctl.errors import (
@@ -32,17 +32,9 @@ Status = Literal[
     "hostkey-unknown",
     "auth-failed",
 ]
-STATUSES: tuple[Status, ...] = (
-    "ok",
-    "failed",
-    "unreachable",
-    "timeout",
-    "interrupted",
-    "hostkey-mismatch",
-)
-# Counted in a summary only when some worker has them: the summary's always-present keys are
-# the statuses above, which the output contract (docs/output.md) lists.
-RARE_STATUSES: tuple[Status, ...] = ("hostkey-unknown", "auth-failed")
+# A summary's always-present keys: the first six, which the output contract (docs/output.md)
+# lists; the others are counted in a summary only when some worker has them.
+STATUSES: tuple[Status, ...] = get_args(Status)[:6]
 # Statuses of a worker tpuctl never got a shell on.
 NOT_REACHED: frozenset[str] = frozenset(
     ("unreachable", "hostkey-mismatch", "hostkey-unknown", "auth-failed")
