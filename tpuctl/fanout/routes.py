@@ -111,7 +111,7 @@ class IapTunnel:
 
     A tunnel refused for want of credentials (no gcloud login, an expired one, no IAP
     permission) fails its worker with `auth-failed` (exit 8), not retried; every later worker
-    of the fan-out fails the same way at once, without starting gcloud again.
+    of the same fan-out fails the same way at once, without starting gcloud again.
     """
 
     gcloud: str
@@ -154,8 +154,14 @@ class IapTunnel:
             return refused
         return SetupError("unreachable", said, retryable=True)
 
-    def hold(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """A refusal is remembered for one fan-out only: the next one (after a `gcloud auth
+        login`, say, while `up` runs for hours) starts gcloud again."""
+        try:
+            yield
+        finally:
+            self._refused.clear()
 
 
 class TunnelStream:
