@@ -359,3 +359,18 @@ def test_an_instance_name_is_never_a_flag() -> None:
     for name in ("--zone=evil", "a b", "", "x;y"):
         with pytest.raises(SetupError):
             check_instance(name)
+
+
+def test_an_iap_refusal_is_remembered_for_one_fan_out_only() -> None:
+    from tpuctl.fanout.handshake import SetupError
+    from tpuctl.fanout.routes import IapTunnel
+    from tpuctl.fanout.targets import WorkerTarget
+
+    tunnel = IapTunnel("gcloud", "p", "z")
+    target = WorkerTarget(0, "n", 0, "10.0.0.2", instance="t1v-n-0123abcd-w-0")
+    with tunnel.hold():
+        tunnel._refused.append(SetupError("auth-failed", "no login", hint="log in"))
+        with pytest.raises(SetupError) as refused:
+            tunnel.open(target, 1.0)  # no gcloud is started: it would be refused the same
+        assert refused.value.kind == "auth-failed" and refused.value.hint == "log in"
+    assert tunnel._refused == []  # the next fan-out tries again
