@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tpuctl"
-BOTTOM = {"errors", "clock", "envelope", "worker", "topology", "plan", "spec", "__init__"}
+BOTTOM = {"errors", "clock", "envelope", "files", "worker", "topology", "plan", "spec", "__init__"}
 MIDDLE = {"cloud", "fanout", "storage", "render"}
 RANK = {**dict.fromkeys(BOTTOM, 0), **dict.fromkeys(MIDDLE, 1), "jobs": 2, "cli": 3}
 RANK["__main__"] = 4  # `python -m tpuctl`: the entry point above the CLI

@@ -64,9 +64,14 @@ def error_envelope(error: TpuctlError) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": ERROR_KIND, "error": jsonable(error.to_dict())}
 
 
+_PLAIN = frozenset((str, int, float, bool))
+
+
 def jsonable(value: Any) -> Any:
     """Plain JSON values: results and dataclasses as objects, times as RFC 3339, durations as
     seconds, enums by value, paths as strings."""
+    if value is None or type(value) in _PLAIN:  # most leaves: skip the checks below
+        return value
     if isinstance(value, Result):
         return value.to_dict()
     if is_dataclass(value) and not isinstance(value, type):
@@ -87,4 +92,11 @@ def jsonable(value: Any) -> Any:
 
 
 def to_json(document: Any) -> str:
-    return json.dumps(jsonable(document), indent=2, ensure_ascii=False)
+    text = json.dumps(jsonable(document), indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Arguments and paths that were not UTF-8 are surrogate escapes (U+DC80-U+DCFF): as
+        # \udcXX escapes the JSON stays UTF-8, and json.loads then os.fsencode give the bytes.
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

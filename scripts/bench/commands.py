@@ -34,9 +34,10 @@ leave the emulator's process tree (setsid) and so are not in its figure.
     scripts/bench/commands.py [--workers 64,256,1024] [--quick] [--repeat 3] [--json FILE]
         [--profile DIR]
 
---profile DIR also runs `ssh -- true` and `ps` once more at the largest size under
-scripts/bench/profile_threads.py (cProfile in every thread, thread CPU clock), writes
-DIR/{ssh,ps}-N.prof and their top entries to DIR/{ssh,ps}-N.txt.
+--profile DIR also runs `ssh -- true`, `ssh --format json -- true`, `ssh --detach -- sleep 1`,
+`ps` and `download --all` once more at the largest size under scripts/bench/profile_threads.py
+(cProfile in every thread, thread CPU clock), writes DIR/{ssh,ssh-json,detach,ps,download}-N.prof
+and their top entries to DIR/{…}-N.txt.
 """
 
 from __future__ import annotations
@@ -365,11 +366,19 @@ class SizeBench:
         return written
 
     def profile(self, directory: Path) -> list[str]:
-        """`ssh -- true` and `ps` under profile_threads.py; the .prof files written."""
+        """The commands with targets under profile_threads.py; the .prof files written."""
         written = []
         directory.mkdir(parents=True, exist_ok=True)
         spec = str(self.spec)
-        for what, args in (("ssh", ["ssh", spec, "--", "true"]), ("ps", ["ps", spec])):
+        into = str(self.work / "download-profiled")
+        commands = (
+            ("ssh", ["ssh", spec, "--", "true"]),
+            ("ssh-json", ["ssh", spec, "--format", "json", "--", "true"]),
+            ("detach", ["ssh", spec, "--detach", "--", "sleep 1"]),
+            ("ps", ["ps", spec]),
+            ("download", ["download", spec, SMALL_FILE, into, "--all"]),
+        )
+        for what, args in commands:
             out = directory / f"{what}-{self.workers}.prof"
             argv = [sys.executable, str(HERE / "profile_threads.py"), str(out), "--", *args]
             print(f"  {self.workers:5} profile {what}", file=sys.stderr, flush=True)

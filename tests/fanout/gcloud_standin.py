@@ -12,7 +12,9 @@ For tests, from the environment:
 - GCLOUD_STANDIN_LOG: a file it appends one JSON line to per run ({"argv": [...], "pid": N});
 - GCLOUD_STANDIN_FAIL: an instance name (or `*`) for which it says IAP's "failed to connect
   to backend" error on stderr and exits 1 before connecting;
-- GCLOUD_STANDIN_HANG: an instance name (or `*`) for which it never answers (sleeps).
+- GCLOUD_STANDIN_HANG: an instance name (or `*`) for which it never answers (sleeps);
+- GCLOUD_STANDIN_NO_LOGIN: any value: it says what gcloud says with no active account
+  (NO_CREDENTIALS) and exits 1, as gcloud does before opening any tunnel.
 
 `install(directory)` writes an executable `gcloud` there that runs this file with the test's
 Python.
@@ -32,6 +34,13 @@ from pathlib import Path
 
 PREFIX = "ERROR: (gcloud.compute.start-iap-tunnel)"
 BACKEND_FAILED = f"{PREFIX} Error while connecting [4003: 'failed to connect to backend']."
+NO_CREDENTIALS = (
+    f"{PREFIX} You do not currently have an active account selected.\n"
+    "Please run:\n\n  $ gcloud auth login\n\nto obtain new credentials.\n\n"
+    "If you have already logged in with a different account, run:\n\n"
+    "  $ gcloud config set account ACCOUNT\n\n"
+    "to select an already authenticated account to use."
+)
 
 
 def install(directory: Path) -> Path:
@@ -115,6 +124,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--zone", required=True)
     parser.add_argument("--verbosity", default="warning")
     args = parser.parse_args(argv[2:])
+    if os.environ.get("GCLOUD_STANDIN_NO_LOGIN"):
+        return _fail(NO_CREDENTIALS)
     if os.environ.get("GCLOUD_STANDIN_FAIL", "") in ("*", args.instance):
         return _fail(BACKEND_FAILED)
     if os.environ.get("GCLOUD_STANDIN_HANG", "") in ("*", args.instance):

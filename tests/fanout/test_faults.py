@@ -35,14 +35,16 @@ def test_unreachable_worker_gives_exit_10_without_holding_up_the_rest(
     assert all(rows[label]["stdout_tail"] == "ran" for label in qr.labels() if label != "0/1")
 
 
-def test_hanging_worker_hits_the_connect_timeout_exit_4(
+def test_hanging_worker_is_unreachable_at_the_connect_timeout_exit_10(
     tpuctl: Project, qr: QR, emulator: Any
 ) -> None:
+    """A worker that takes the TCP connection and never speaks SSH: unreachable (exit 10), the
+    verdict a worker with no external IP gets for the same silence (test_private_workers)."""
     with ssh_fault(emulator, qr, 1, 0, "hang"):
         out = tpuctl("ssh", qr.name, "--connect-timeout", "1", "--format", "json", "--", "echo ran")
-    assert out.exit_code == 4, out.stderr
+    assert out.exit_code == 10, out.stderr
     rows = by_label(out)
-    assert rows["1/0"]["status"] == "timeout"
+    assert rows["1/0"]["status"] == "unreachable"
     # The flag reached the connection: the error names its 1 s (the default is 20 s).
     assert re.search(r"\b1 s\b", rows["1/0"]["error"]), rows["1/0"]["error"]
     others = [label for label in qr.labels() if label != "1/0"]

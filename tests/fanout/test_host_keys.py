@@ -142,7 +142,9 @@ def test_strict_yes_refuses_workers_with_neither_a_published_key_nor_a_pin(
         )
         assert refused.exit_code == 8, refused.stderr
         rows = by_label(refused)
-        assert rows["1/0"]["status"] == "hostkey-mismatch"
+        # Unknown, not a mismatch: no key was known for it to mismatch with.
+        assert rows["1/0"]["status"] == "hostkey-unknown"
+        assert refused.json()["summary"]["hostkey-unknown"] == 1
         assert "published no host key" in rows["1/0"]["error"]
         assert "--strict-host-key-checking accept-new" in refused.stderr.splitlines()[-1]
         assert all(rows[label]["status"] == "ok" for label in ("0/0", "0/1", "1/1"))

@@ -103,7 +103,9 @@ def test_write_creates_a_0600_file_atomically_and_keeps_other_lines(tmp_path: Pa
     assert "example.com" in pins and "tpu.1-1" in pins
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     # Replaced by rename: no temporary file is left beside it.
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, path.name + ".lock"]
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(
+        [path.name, f".{path.name}.lock"]
+    )
 
 
 def test_ssh_keygen_forgets_a_pin_in_the_file(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.fanout.gcloud_standin import BACKEND_FAILED, install
+from tests.fanout.gcloud_standin import BACKEND_FAILED, NO_CREDENTIALS, install
 from tests.harness import QR, USER, Project, by_label, project_in, unique
 from tests.support import wait_for
 from tpuctl.fanout.routes import JumpHost, check_instance, parse_jump
@@ -164,7 +164,11 @@ def test_a_bastion_reaches_every_worker(tpuctl: Project, private: Private, emula
     strict = tpuctl("ssh", qr.name, "--proxy-jump", jump, "--strict-host-key-checking", "yes",
                     "--", "true")  # fmt: skip
     assert strict.exit_code == 8, strict.stderr  # an unknown bastion is refused under `yes`
-    assert f"bastion [{private.bastion_ip}]:{emulator.ssh_port} is not in" in strict.stderr
+    alias = f"[{private.bastion_ip}]:{emulator.ssh_port}"
+    said = strict.stdout + strict.stderr  # the table goes to stderr when output streamed
+    # Labelled unknown, not a mismatch: nothing was known for it to mismatch with.
+    assert "HOSTKEY-UNKNOWN" in said and "MISMATCH" not in said
+    assert f"bastion {alias} has an unknown host key" in said
     assert "--strict-host-key-checking accept-new" in strict.stderr
 
     out = tpuctl("ssh", qr.name, "--proxy-jump", jump, "--format", "json", "--",
@@ -186,6 +190,17 @@ def test_a_bastion_reaches_every_worker(tpuctl: Project, private: Private, emula
     assert again.exit_code == 0, again.stderr  # pinned now
     assert "trusted its host key" not in again.stderr
     assert not _tunnels(tpuctl)
+
+    # A changed key is refused, and the fix names the file that holds the pin (tpuctl's),
+    # not ~/.ssh/known_hosts, where nothing was pinned.
+    pins = tpuctl.home / ".ssh" / "tpuctl_known_hosts"
+    other = "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    pins.write_text(pinned.replace(f"{alias} ssh-ed25519 ", f"{alias} ssh-ed25519 {other} #"))
+    changed = tpuctl("ssh", qr.name, "--proxy-jump", jump, "--", "true")
+    assert changed.exit_code == 8, changed.stderr
+    assert f"HOST KEY CHANGED for bastion {alias}" in changed.stdout + changed.stderr
+    assert f"ssh-keygen -R '{alias}' -f {pins}" in changed.stderr
+    assert "known_hosts " not in changed.stderr.replace("tpuctl_known_hosts", "")
 
 
 def test_a_tunnel_that_dies_fails_its_worker_with_what_gcloud_said(
@@ -215,13 +230,33 @@ def test_a_tunnel_that_never_answers_is_given_up_at_the_connect_timeout(
         "ssh", private.qr.name, "--tunnel-through-iap", "--connect-timeout", "1",
         "--format", "json", "--", "true",
     )  # fmt: skip
-    assert out.exit_code == 4, out.stderr
+    # Unreachable (exit 10), as a silent worker dialled directly is: nothing answered.
+    assert out.exit_code == 10, out.stderr
     rows = by_label(out)
-    assert {row["status"] for row in rows.values()} == {"timeout"}
+    assert {row["status"] for row in rows.values()} == {"unreachable"}
     assert all(row["duration_s"] < 5 for row in rows.values())
     runs = _tunnels(tpuctl)
     assert len(runs) == len(rows)  # a timeout is not retried
     _assert_reaped([run["pid"] for run in runs])  # ended, though they never exited by themselves
+
+
+def test_a_tunnel_refused_for_want_of_credentials_is_exit_8_with_what_gcloud_said(
+    tpuctl: Project, private: Private, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not retried, not `unreachable`: a login is what it takes, and the worker's error says so
+    in gcloud's words; the other workers fail the same way without running gcloud again."""
+    monkeypatch.setenv("GCLOUD_STANDIN_NO_LOGIN", "1")
+    out = tpuctl("ssh", private.qr.name, "--tunnel-through-iap", "--batch-size", "1",
+                 "--format", "json", "--", "true")  # fmt: skip
+    assert out.exit_code == 8, out.stderr
+    rows = by_label(out)
+    assert {row["status"] for row in rows.values()} == {"auth-failed"}
+    first_line = NO_CREDENTIALS.splitlines()[0]
+    assert all(first_line in row["error"] for row in rows.values()), rows
+    assert "run `gcloud auth login`" in out.stderr  # the fix, on the error line
+    runs = _tunnels(tpuctl)
+    assert len(runs) == 1  # one gcloud said it; no retry, no gcloud per worker
+    _assert_reaped([run["pid"] for run in runs])
 
 
 def test_run_ps_and_logs_go_through_the_tunnel_too(tpuctl: Project, private: Private) -> None:
@@ -319,9 +354,24 @@ def test_bad_proxy_jump_values(text: str) -> None:
 
 
 def test_an_instance_name_is_never_a_flag() -> None:
-    from tpuctl.fanout.connection import SetupError
+    from tpuctl.fanout.handshake import SetupError
 
     assert check_instance("t1v-n-0123abcd-w-0") == "t1v-n-0123abcd-w-0"
     for name in ("--zone=evil", "a b", "", "x;y"):
         with pytest.raises(SetupError):
             check_instance(name)
+
+
+def test_an_iap_refusal_is_remembered_for_one_fan_out_only() -> None:
+    from tpuctl.fanout.handshake import SetupError
+    from tpuctl.fanout.routes import IapTunnel
+    from tpuctl.fanout.targets import WorkerTarget
+
+    tunnel = IapTunnel("gcloud", "p", "z")
+    target = WorkerTarget(0, "n", 0, "10.0.0.2", instance="t1v-n-0123abcd-w-0")
+    with tunnel.hold():
+        tunnel._refused.append(SetupError("auth-failed", "no login", hint="log in"))
+        with pytest.raises(SetupError) as refused:
+            tunnel.open(target, 1.0)  # no gcloud is started: it would be refused the same
+        assert refused.value.kind == "auth-failed" and refused.value.hint == "log in"
+    assert tunnel._refused == []  # the next fan-out tries again

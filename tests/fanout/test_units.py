@@ -67,6 +67,8 @@ def test_exit_code_precedence() -> None:
     assert _result("failed", "timeout").exit_code == ExitCode.DEADLINE
     assert _result("failed", "timeout", "unreachable").exit_code == ExitCode.UNREACHABLE
     assert _result("unreachable", "hostkey-mismatch").exit_code == ExitCode.AUTH
+    assert _result("unreachable", "hostkey-unknown").exit_code == ExitCode.AUTH
+    assert _result("unreachable", "auth-failed").exit_code == ExitCode.AUTH
     interrupted = _result("ok")
     interrupted.interrupted = True
     assert interrupted.exit_code == ExitCode.INTERRUPTED
@@ -129,3 +131,40 @@ def test_upload_script_unpacks_only_what_matches_its_checksum(tmp_path: Path) ->
     assert b"checksum mismatch" in bad.stderr
     # Nothing was unpacked and the temporary file is gone.
     assert sorted(p.name for p in (tmp_path / "dest").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["parent", "absolute", "symlink", "hardlink"])
+def test_a_downloaded_archive_never_writes_outside_its_directory(tmp_path: Path, kind: str) -> None:
+    """What a worker sends is not trusted: a member that would land outside the download's
+    directory, or a hard link, fails that worker; an absolute name lands inside it (its
+    leading / dropped, as tar does). Nothing is ever written outside."""
+    import io
+    import tarfile
+
+    from tpuctl.errors import TpuctlError
+    from tpuctl.fanout.operations import _extract
+
+    archive = tmp_path / "sent.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        names = {"parent": "../evil", "absolute": str(tmp_path / "evil")}
+        member = tarfile.TarInfo(names.get(kind, "x"))
+        if kind == "symlink":
+            member.type, member.linkname = tarfile.SYMTYPE, "../../"
+        elif kind == "hardlink":
+            member.type, member.linkname = tarfile.LNKTYPE, "../evil"
+        data = b"owned"
+        member.size = len(data) if member.isreg() else 0
+        tar.addfile(member, io.BytesIO(data) if member.isreg() else None)
+        if kind == "symlink":
+            through = tarfile.TarInfo("x/evil")
+            through.size = len(data)
+            tar.addfile(through, io.BytesIO(data))
+    into = tmp_path / "into"
+    if kind == "absolute":
+        _extract(archive, into)
+        assert (into / str(tmp_path / "evil").lstrip("/")).read_bytes() == b"owned"
+    else:
+        with pytest.raises((tarfile.TarError, TpuctlError)):
+            _extract(archive, into)
+        assert not list(into.rglob("evil")) if into.exists() else True
+    assert not (tmp_path / "evil").exists()

@@ -1,9 +1,11 @@
 """SSH fan-out commands: ssh, ps, logs, stop, upload, download, run; the logic is in
 tpuctl.fanout (the engine) and tpuctl.jobs (the fleet, job control, the runner).
 
-Exit codes: 0 every worker ok; 3 a command failed somewhere; 4 a command or connection timed
-out; 10 workers unreachable (worse than a failure, so it wins); 8 a host key did not match;
-130 interrupted. The result (table, or JSON/YAML) is printed first in every case.
+Exit codes: 0 every worker ok; 3 a command failed somewhere; 4 a command ran past --timeout;
+10 workers unreachable, a connection that did not come up within --connect-timeout included
+(worse than a failure, so it wins); 8 a host key refused or unknown, or credentials refused (an
+IAP tunnel); 2 a command too long for a worker's shell; 130 interrupted. The result (table, or
+JSON/YAML) is printed first in every case.
 """
 
 from __future__ import annotations

@@ -76,5 +76,14 @@ def to_yaml(document: object) -> str:
 
 
 def write(text: str) -> None:
-    sys.stdout.write(text)
+    try:
+        sys.stdout.write(text)
+    except UnicodeEncodeError:
+        # Paths and arguments that were not UTF-8 come as surrogate escapes: their bytes are
+        # shown as \xNN.
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", "replace")
+        sys.stdout.write(raw.decode("utf-8", "backslashreplace"))
     sys.stdout.flush()

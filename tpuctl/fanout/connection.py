@@ -7,14 +7,20 @@ Set-up is split from running on purpose: `connect()` may be retried (nothing ran
 from __future__ import annotations
 
 import contextlib
-import hmac
+import os
 import socket
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpuctl.errors import UsageError
+from tpuctl.fanout.handshake import (
+    SetupError,
+    close_transport,
+    handshake,
+    new_transport,
+)
 from tpuctl.fanout.known_hosts import (
     HostKeyPins,
     Pin,
@@ -30,20 +36,16 @@ if TYPE_CHECKING:
 
     from tpuctl.fanout.routes import Route
 
-# paramiko's transport thread wakes every `_active_check_timeout` (0.1 s) to look for a close
-# or send a keepalive. tpuctl sends its own keepalives (with replies, see engine) and shuts the
-# socket down to stop a transport, so 1,024 idle connections need not wake 10,240 times a second.
-TRANSPORT_POLL_SECONDS = 2.0
 # How long a failed set-up waits for a route's process to say why (it is exiting).
 ROUTE_FAILURE_WAIT = 1.0
-# Host key algorithms paramiko can verify, by the name guest attributes publish them under.
-_HOSTKEY_ALGORITHMS = {
-    "ssh-ed25519": ("ssh-ed25519",),
-    "ecdsa-sha2-nistp256": ("ecdsa-sha2-nistp256",),
-    "ecdsa-sha2-nistp384": ("ecdsa-sha2-nistp384",),
-    "ecdsa-sha2-nistp521": ("ecdsa-sha2-nistp521",),
-    "ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"),
-}
+# The longest command a worker can run: its SSH server execs `$SHELL -c COMMAND`, and Linux
+# refuses any one argument longer than MAX_ARG_STRLEN (32 pages: 131,072 bytes with its NUL).
+COMMAND_LIMIT = 131071
+# A worker's SSH set-up (TCP, handshake, authentication, session) that did not answer in time.
+# It is `unreachable` (exit 10) whether the worker has a public IP (a hung sshd, an overloaded
+# VM) or not (a firewall dropping packets): in both, tpuctl never reached a shell and nothing
+# ran. Exit 4 stays what the user set a deadline for: --timeout on a command that started.
+NO_ANSWER = "unreachable"
 
 
 @dataclass(frozen=True)
@@ -65,83 +67,8 @@ class ConnectOptions:
     route: Route | None = None
 
 
-class SetupError(Exception):
-    """Set-up failed before anything ran. `kind`: unreachable | timeout | hostkey-mismatch;
-    `hint`: the fix, when there is one to say."""
-
-    def __init__(
-        self, kind: str, message: str, *, retryable: bool = False, hint: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.retryable = retryable
-        self.hint = hint
-
-
 class StartError(Exception):
     """The exec request was sent but not confirmed: the command may have started."""
-
-
-def _transport_class() -> type[paramiko.Transport]:
-    import logging
-
-    import paramiko
-
-    # paramiko logs a dropped socket ("Socket exception: Connection reset by peer") and, with
-    # no handler configured, Python's last-resort handler prints it over the progress output.
-    # Each worker's failure is reported in the result instead; handlers set up on the root
-    # logger (for debugging) still receive these records.
-    logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    # paramiko compares every packet's MAC in a Python loop (~14% of a fan-out's client CPU);
-    # hmac.compare_digest is the same constant-time comparison, in C.
-    paramiko.util.constant_time_bytes_eq = hmac.compare_digest  # type: ignore[assignment]
-
-    class QuietTransport(paramiko.Transport):
-        _active_check_timeout = TRANSPORT_POLL_SECONDS
-        # AES-GCM first, as OpenSSH prefers it after chacha20 (which paramiko lacks): one C
-        # call seals or opens a packet, where CTR adds a Python HMAC per packet. CBC and 3DES
-        # are not offered at all.
-        _preferred_ciphers = (
-            "aes128-gcm@openssh.com",
-            "aes256-gcm@openssh.com",
-            "aes128-ctr",
-            "aes192-ctr",
-            "aes256-ctr",
-        )
-
-        def _filter_algorithm(self, type_: str) -> tuple[str, ...]:
-            # Asked ~16 times per handshake with the same answer: computed once per list.
-            if self.disabled_algorithms:
-                return tuple(super()._filter_algorithm(type_))  # type: ignore[misc]
-            return tuple(getattr(self, f"_preferred_{type_}"))
-
-        def _log(self, level: int, msg: Any, *args: Any) -> None:
-            if self.logger.isEnabledFor(level):  # ~33 calls per worker, almost all DEBUG
-                super()._log(level, msg, *args)  # type: ignore[misc]
-
-        def __init__(self, sock: Any) -> None:
-            super().__init__(sock)
-            # No handshake timer thread per connection: start_client(timeout=…) bounds the
-            # negotiation, and a transport that overruns it is closed by its set-up thread.
-            self.packetizer.start_handshake = _no_timer  # type: ignore[method-assign,assignment]
-
-    return QuietTransport
-
-
-def _no_timer(_timeout: float) -> None:
-    return None
-
-
-_TRANSPORT: type[paramiko.Transport] | None = None
-_TRANSPORT_LOCK = threading.Lock()
-
-
-def transport_class() -> type[paramiko.Transport]:
-    global _TRANSPORT  # noqa: PLW0603 - built once, lazily (paramiko is a lazy import)
-    with _TRANSPORT_LOCK:
-        if _TRANSPORT is None:
-            _TRANSPORT = _transport_class()
-        return _TRANSPORT
 
 
 def _tcp_keepalive(sock: socket.socket, interval: float) -> None:
@@ -157,11 +84,16 @@ def _tcp_keepalive(sock: socket.socket, interval: float) -> None:
 
 def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
     """Reach the worker (TCP, or its route), SSH handshake, host key check and public-key auth
-    within connect_timeout."""
+    within connect_timeout. Raises SetupError and nothing else: whatever goes wrong in set-up
+    (a ValueError from paramiko, a bug) is this worker's failure, never its thread's death."""
     try:
         return _connect(target, options)
     except SetupError as error:
         raise _firewall_hint(target, options, error) from None
+    except Exception as error:  # the worker's result says what it was
+        raise SetupError(
+            "unreachable", f"SSH set-up failed: {type(error).__name__}: {error}"
+        ) from None
 
 
 def _connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
@@ -169,24 +101,42 @@ def _connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transpor
 
     deadline = time.monotonic() + options.connect_timeout
     # Before any packet: a worker with no key to check against is refused without a connection.
-    algorithms = expected_algorithms(target, options.pins) if options.verify_host_keys else None
+    known = expected_keys(target, options.pins) if options.verify_host_keys else None
 
     def left() -> float:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise SetupError("timeout", f"connect timeout ({options.connect_timeout:g} s)")
+            raise SetupError(
+                NO_ANSWER, f"connect timeout ({options.connect_timeout:g} s)", timed_out=True
+            )
         return remaining
 
     sock = _dial(target, options, left)
-    transport = transport_class()(sock)
     try:
-        _handshake(transport, target, options, algorithms, left)
+        transport = new_transport(sock)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            sock.close()
+        raise
+    try:
+        check = _worker_check(target, options.pins) if options.verify_host_keys else None
+        handshake(
+            transport,
+            left(),
+            known=known,
+            check=check,
+            who=f"worker {target.label} ({target.node_id})",
+            known_from="" if target.host_keys else " (pinned)",
+        )
+        left()
         transport.auth_publickey(options.user, options.pkey)
     except SetupError as error:
-        said = _route_failure(options, sock, deadline) if error.kind == "timeout" else None
+        said = _route_failure(options, sock, deadline) if error.timed_out else None
         _discard(transport, sock)
-        if said:
-            raise SetupError(error.kind, f"{error}; {said}", retryable=error.retryable) from None
+        if said is not None:
+            raise SetupError(
+                said.kind, f"{error}; {said}", hint=said.hint, timed_out=True
+            ) from None
         raise
     except paramiko.AuthenticationException as error:
         _discard(transport, sock)
@@ -198,13 +148,18 @@ def _connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transpor
     except (paramiko.SSHException, OSError, EOFError) as error:
         said = _route_failure(options, sock, deadline)
         _discard(transport, sock)
-        if said:  # the route broke (a tunnel process exited): what it said is the news
-            raise SetupError("unreachable", said, retryable=True) from None
+        if said is not None:  # the route broke (a tunnel process exited): what it said is the news
+            raise said from None
         if time.monotonic() >= deadline - 0.05:
             raise SetupError(
-                "timeout", f"no SSH answer within {options.connect_timeout:g} s ({error})"
+                NO_ANSWER,
+                f"no SSH answer within {options.connect_timeout:g} s ({error})",
+                timed_out=True,
             ) from None
         raise SetupError("unreachable", f"SSH set-up failed: {error}", retryable=True) from None
+    except BaseException:
+        _discard(transport, sock)
+        raise
     return transport
 
 
@@ -222,7 +177,9 @@ def _dial(target: WorkerTarget, options: ConnectOptions, left: Callable[[], floa
         sock = socket.create_connection((target.address, target.port), timeout=left())
     except TimeoutError:
         raise SetupError(
-            "timeout", f"TCP connect timed out after {options.connect_timeout:g} s"
+            NO_ANSWER,
+            f"TCP connect timed out after {options.connect_timeout:g} s",
+            timed_out=True,
         ) from None
     except OSError as error:
         raise SetupError(
@@ -234,7 +191,7 @@ def _dial(target: WorkerTarget, options: ConnectOptions, left: Callable[[], floa
     return sock
 
 
-def _route_failure(options: ConnectOptions, sock: Any, deadline: float) -> str | None:
+def _route_failure(options: ConnectOptions, sock: Any, deadline: float) -> SetupError | None:
     if options.route is None:
         return None
     wait = min(ROUTE_FAILURE_WAIT, max(0.1, deadline - time.monotonic()))
@@ -255,54 +212,39 @@ def _discard(transport: paramiko.Transport, sock: Any) -> None:
 
 def _firewall_hint(target: WorkerTarget, options: ConnectOptions, error: SetupError) -> SetupError:
     """A worker with no external IP, dialled directly, that did not answer: from outside its
-    VPC nothing gets in but IAP or a host inside it, so say so (a firewall drops packets: a
-    timeout, which here means unreachable, not a command's deadline)."""
+    VPC nothing gets in but IAP or a host inside it, so say so."""
     if target.has_external_ip or options.route is not None:
         return error
-    if error.kind not in ("timeout", "unreachable") or "authentication" in str(error):
+    if error.kind != "unreachable" or "authentication" in str(error):
         return error
     hint = (
         f"node {target.node_id} has no external IP: from outside its VPC, reach it with "
         "--tunnel-through-iap (a firewall rule must admit 35.235.240.0/20 on tcp:22) or "
         "--proxy-jump HOST (a bastion in the VPC); --internal-ip works only from inside it"
     )
-    return SetupError("unreachable", f"{error} ({hint})", retryable=error.retryable, hint=hint)
+    return SetupError(
+        error.kind,
+        f"{error} ({hint})",
+        retryable=error.retryable,
+        hint=hint,
+        timed_out=error.timed_out,
+    )
 
 
-def _handshake(
-    transport: paramiko.Transport,
-    target: WorkerTarget,
-    options: ConnectOptions,
-    algorithms: list[str] | None,
-    left: Callable[[], float],
-) -> None:
-    if algorithms:
-        # Ask only for host key types we can check against what we expect.
-        transport.get_security_options().key_types = algorithms
-    timeout = left()
-    transport.banner_timeout = timeout
-    transport.handshake_timeout = timeout
-    transport.auth_timeout = timeout
-    transport.start_client(timeout=timeout)
-    if options.verify_host_keys:
-        verify_host_key(transport, target, options.pins)
-    left()
-
-
-def expected_algorithms(target: WorkerTarget, pins: HostKeyPins | None) -> list[str] | None:
-    """The host key algorithms to ask `target` for: those of the keys it published, else of
-    its pinned keys, else None (any: a key trusted on first use). Raises SetupError when
-    nothing may be trusted (no key published, none pinned, no trust on first use)."""
+def expected_keys(target: WorkerTarget, pins: HostKeyPins | None) -> list[tuple[str, str]] | None:
+    """The host keys `target` may present: those it published, else its pinned keys, else None
+    (any: a key trusted on first use). Raises SetupError when nothing may be trusted (no key
+    published, none pinned, no trust on first use)."""
     keys: list[tuple[str, str]] = list(target.host_keys)
     if not keys and pins is not None:
         keys = [(pin.algorithm, pin.blob) for pin in pins.pinned(target)]
     if keys:
-        return host_key_algorithms(keys)
+        return keys
     if pins is not None and pins.accepts_new:
         return None
     where = f" and none is pinned in {pins.path}" if pins is not None else ""
     raise SetupError(
-        "hostkey-mismatch",
+        "hostkey-unknown",
         f"worker {target.label} ({target.node_id}) published no host key in its guest "
         f"attributes (hostkeys/){where}; refusing to trust an unknown host",
         hint="to trust the key it presents and pin it, run once with "
@@ -310,42 +252,42 @@ def expected_algorithms(target: WorkerTarget, pins: HostKeyPins | None) -> list[
     )
 
 
-def host_key_algorithms(keys: Sequence[tuple[str, str]]) -> list[str]:
-    """The algorithms to ask a server for, to get one of `keys` (algorithm, blob)."""
-    names = [
-        name for algorithm, _ in keys for name in _HOSTKEY_ALGORITHMS.get(algorithm, (algorithm,))
-    ]
-    return list(dict.fromkeys(names))
+def _worker_check(target: WorkerTarget, pins: HostKeyPins | None) -> Callable[[str, str], None]:
+    def check(algorithm: str, blob: str) -> None:
+        verify_host_key(algorithm, blob, target, pins)
+
+    return check
 
 
 def verify_host_key(
-    transport: paramiko.Transport, target: WorkerTarget, pins: HostKeyPins | None = None
+    algorithm: str, blob: str, target: WorkerTarget, pins: HostKeyPins | None = None
 ) -> None:
     """The key the worker presented must be one it published in its guest attributes (then it
     is pinned), else its pinned key; with neither, it is pinned on first use (accept-new)."""
-    key = transport.get_remote_server_key()
-    algorithm, blob = key.get_name(), key.get_base64()
-    presented = f"{algorithm} {fingerprint(blob)}"
+
+    def presented() -> str:  # its fingerprint, computed only for a refusal
+        return f"{algorithm} {fingerprint(blob)}"
+
     if target.host_keys:
         if not any(same_key(key_pair, (algorithm, blob)) for key_pair in target.host_keys):
             raise SetupError(
                 "hostkey-mismatch",
                 f"HOST KEY MISMATCH for worker {target.label} ({target.node_id}, "
-                f"{target.address}): it presented {presented}, which is not the key in its "
-                "guest attributes; not connecting",
+                f"{target.address}): it presented {presented()}, "
+                "which is not the key in its guest attributes; not connecting",
             )
         if pins is not None:
             pins.remember(target, algorithm, blob, first_use=False)
         return
-    if pins is None:  # expected_algorithms refused a worker without published keys
-        raise SetupError("hostkey-mismatch", f"worker {target.label} has no known host key")
+    if pins is None:  # expected_keys refused a worker without published keys
+        raise SetupError("hostkey-unknown", f"worker {target.label} has no known host key")
     pinned = pins.pinned(target)
     if pinned:
         if not any(same_key((pin.algorithm, pin.blob), (algorithm, blob)) for pin in pinned):
-            raise _changed(target, presented, pinned[0], pins)
+            raise _changed(target, presented(), pinned[0], pins)
         return
-    if not pins.accepts_new:  # expected_algorithms refused it already
-        raise SetupError("hostkey-mismatch", f"worker {target.label} has no known host key")
+    if not pins.accepts_new:  # expected_keys refused it already
+        raise SetupError("hostkey-unknown", f"worker {target.label} has no known host key")
     pins.remember(target, algorithm, blob, first_use=True)
 
 
@@ -380,7 +322,23 @@ def open_channel(
     return channel
 
 
-def start(channel: paramiko.Channel, command: str | None) -> None:
+def encode_command(command: str) -> bytes:
+    """The bytes of `command` as the worker's shell gets them. Arguments that were not valid
+    UTF-8 reach Python as surrogate escapes; os.fsencode gives back their exact bytes (SSH's
+    exec request carries bytes). UsageError (before any connection) for a command no worker's
+    shell could run."""
+    data = os.fsencode(command)
+    if len(data) > COMMAND_LIMIT:
+        raise UsageError(
+            f"the command is {len(data):,} bytes, more than a worker's shell accepts in one "
+            f"command ({COMMAND_LIMIT:,} bytes, Linux's limit on one argument)",
+            hint="put the data in a file and copy it with `tpuctl upload`, or pipe it to the "
+            "command's stdin with `tpuctl ssh --stdin`",
+        )
+    return data
+
+
+def start(channel: paramiko.Channel, command: str | bytes | None) -> None:
     """Send exec (or shell). From here on the command may be running: StartError, no retry."""
     import paramiko
 
@@ -388,58 +346,9 @@ def start(channel: paramiko.Channel, command: str | None) -> None:
         if command is None:
             channel.invoke_shell()
         else:
-            channel.exec_command(command)
+            channel.exec_command(encode_command(command) if isinstance(command, str) else command)
     except (paramiko.SSHException, OSError, EOFError) as error:
         raise StartError(
             f"connection lost while starting the command ({error}); not retried, as it may "
             "have started"
         ) from None
-
-
-def send_signal(channel: paramiko.Channel, name: str) -> None:
-    """RFC 4254 §6.9 "signal" request (paramiko has no API for it); best effort."""
-    from paramiko.common import cMSG_CHANNEL_REQUEST
-    from paramiko.message import Message
-
-    raw: Any = channel
-    if channel.closed or not raw.active:
-        return
-    message = Message()
-    message.add_byte(cMSG_CHANNEL_REQUEST)
-    message.add_int(raw.remote_chanid)
-    message.add_string("signal")
-    message.add_boolean(False)
-    message.add_string(name)
-    with contextlib.suppress(Exception):
-        raw.transport._send_user_message(message)
-
-
-def send_keepalive(transport: paramiko.Transport, event: threading.Event) -> bool:
-    """A keepalive@openssh.com global request WITH want_reply (paramiko's own keepalive asks
-    for none, so it can never notice a worker that stopped answering). `event` is set when
-    the reply (success or failure) arrives."""
-    from paramiko.common import cMSG_GLOBAL_REQUEST
-    from paramiko.message import Message
-
-    raw: Any = transport
-    if not transport.is_active():
-        return False
-    raw.completion_event = event  # paramiko sets it on MSG_REQUEST_SUCCESS/FAILURE
-    message = Message()
-    message.add_byte(cMSG_GLOBAL_REQUEST)
-    message.add_string("keepalive@openssh.com")
-    message.add_boolean(True)
-    try:
-        raw._send_user_message(message)
-    except Exception:
-        return False
-    return True
-
-
-def close_transport(transport: paramiko.Transport) -> None:
-    """Close without waiting: shutting the socket down wakes the transport thread at once."""
-    sock: Any = transport.sock
-    with contextlib.suppress(Exception):
-        sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(Exception):
-        transport.close()

@@ -25,15 +25,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tpuctl.fanout.connection import (
     ConnectOptions,
-    SetupError,
     StartError,
-    close_transport,
     connect,
+    encode_command,
     open_channel,
-    send_keepalive,
-    send_signal,
     start,
 )
+from tpuctl.fanout.handshake import SetupError, close_transport, send_keepalive, send_signal
 from tpuctl.fanout.monitor import Monitor, Session, StatusEvent, Wake
 from tpuctl.fanout.results import FanoutResult, Tail, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget
@@ -95,10 +93,15 @@ class FanOut:
         self._connecting_lock = threading.Lock()
         self._index = {id(t): i for i, t in enumerate(self.targets)}
         self._setups_over = 0  # set-up outcomes accepted (a session, or a worker's result)
+        self._commands: list[bytes] = []
 
     # -- set-up (batch_size threads) ----------------------------------------------------
-    def _command_for(self, target: WorkerTarget) -> str:
-        return self.command(target) if callable(self.command) else self.command
+    def _encode_commands(self) -> list[bytes]:
+        """Every target's command as the bytes its shell gets; UsageError (a command too long
+        to run) before any connection is made."""
+        if not callable(self.command):
+            return [encode_command(self.command)] * len(self.targets)
+        return [encode_command(self.command(target)) for target in self.targets]
 
     def _setup_loop(self) -> None:
         while not self._cancel.is_set():
@@ -106,13 +109,24 @@ class FanOut:
                 index = self._queue.get_nowait()
             except queue.Empty:
                 return
-            outcome = self._setup(self.targets[index])
+            target = self.targets[index]
+            began = time.monotonic()
+            try:
+                outcome = self._setup(target, self._commands[index])
+            except Exception as error:  # any failure is this worker's result
+                # Never a dead set-up thread and a fan-out waiting for ever for its worker.
+                outcome = self._failed(
+                    WorkerResult(target, "unreachable", attempts=1),
+                    began,
+                    "unreachable",
+                    f"SSH set-up failed: {type(error).__name__}: {error}",
+                )
             self._monitor.post(outcome)
             if isinstance(outcome, Session):
                 # Feeding stdin keeps this slot: transfers stay bounded by batch_size too.
                 self._feed(outcome, self.options.stdin)
 
-    def _setup(self, target: WorkerTarget) -> Session | WorkerResult:
+    def _setup(self, target: WorkerTarget, command: bytes) -> Session | WorkerResult:
         options = self.connect_options
         result = WorkerResult(target, "unreachable")
         began = time.monotonic()
@@ -131,7 +145,7 @@ class FanOut:
             with self._connecting_lock:
                 self._connecting.add(transport)
             try:
-                outcome = self._open_and_start(target, transport, result, began)
+                outcome = self._open_and_start(target, transport, result, began, command)
             finally:
                 with self._connecting_lock:
                     self._connecting.discard(transport)
@@ -149,12 +163,16 @@ class FanOut:
         transport: paramiko.Transport,
         result: WorkerResult,
         began: float,
+        command: bytes,
     ) -> Session | WorkerResult | SetupError:
         try:
             channel = open_channel(transport, self.connect_options.connect_timeout)
         except SetupError as error:
             close_transport(transport)
             return error
+        except BaseException:
+            close_transport(transport)
+            raise
         if self._cancel.is_set():
             close_transport(transport)
             return self._interrupted(result, began, "interrupted before it started")
@@ -166,11 +184,14 @@ class FanOut:
         channel.status_event = StatusEvent(wake)
         result.stdout = Tail(self.options.keep_output)
         try:
-            start(channel, self._command_for(target))
+            start(channel, command)
         except StartError as error:
             close_transport(transport)
             result.started = True
             return self._failed(result, began, "unreachable", str(error))
+        except BaseException:
+            close_transport(transport)
+            raise
         session.started = time.monotonic()
         result.started = True
         if self.options.timeout is not None:
@@ -210,6 +231,7 @@ class FanOut:
     # -- monitor (the calling thread) ---------------------------------------------------
     def run(self) -> FanoutResult:
         began = time.monotonic()
+        self._commands = self._encode_commands()
         for index in range(len(self.targets)):
             self._queue.put(index)
         threads = [
@@ -372,9 +394,10 @@ class FanOut:
         if route is None:
             return None
         try:
-            return route.failure(session.transport.sock, 0.0)
+            said = route.failure(session.transport.sock, 0.0)
         except Exception:
             return None
+        return None if said is None else str(said)
 
     def _close(self, session: Session) -> None:
         session.done = True

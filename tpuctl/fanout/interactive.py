@@ -13,15 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpuctl.errors import AuthError, UnreachableError
-from tpuctl.fanout.connection import (
-    ConnectOptions,
-    SetupError,
-    StartError,
-    close_transport,
-    connect,
-    open_channel,
-    start,
-)
+from tpuctl.fanout.connection import ConnectOptions, StartError, connect, open_channel, start
+from tpuctl.fanout.handshake import AUTH_KINDS, SetupError, close_transport
 from tpuctl.fanout.targets import WorkerTarget
 
 
@@ -85,7 +78,7 @@ def _shell(
         channel = open_channel(transport, options.connect_timeout, pty=pty)
     except SetupError as error:
         # A refused host key is an authentication failure (exit 8), as in a fan-out.
-        kind = AuthError if error.kind == "hostkey-mismatch" else UnreachableError
+        kind = AuthError if error.kind in AUTH_KINDS else UnreachableError
         raise kind(
             f"worker {target.label}: {error}",
             hint=error.hint,

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import fcntl
 import hashlib
 import os
 import shlex
 import stat
-import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from tpuctl.errors import AuthError
 from tpuctl.fanout.targets import WorkerTarget
+from tpuctl.files import locked, write_atomic
 
 KNOWN_HOSTS_NAME = "tpuctl_known_hosts"
 # --strict-host-key-checking, as OpenSSH's StrictHostKeyChecking: `yes` trusts only keys
@@ -148,15 +146,14 @@ class KnownHostsFile:
     def write(self, lines: Mapping[str, str]) -> None:
         """Set each alias's line, re-reading the file under a lock so that pins another tpuctl
         wrote meanwhile are kept, and replace the file in one rename (0600, fsynced)."""
-        directory = self.path.parent
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with _locked(self.path.with_name(self.path.name + ".lock")):
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with locked(self.path):
             try:
                 current = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
             except FileNotFoundError:
                 current = list(HEADER)
             text = "".join(line + "\n" for line in merge(current, lines))
-            _atomic_write(self.path, text)
+            write_atomic(self.path, text, mode=0o600)
 
 
 def _check(path: Path, status: os.stat_result) -> None:
@@ -178,37 +175,6 @@ def _check(path: Path, status: os.stat_result) -> None:
             hint=f"check its pins, then chmod 600 {quoted}",
             key=str(path),
         )
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive lock between tpuctl processes (a lock file: the known-hosts file itself
-    is replaced by rename, so a lock on it would not be held by the next one)."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:  # mkstemp: 0600 from the start
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 class HostKeyPins:

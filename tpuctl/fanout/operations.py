@@ -291,17 +291,25 @@ class _ArchiveSinks:
 
 
 def _extract(archive_path: Path, destination: Path) -> list[str]:
-    """Unpack a tar.gz, refusing members that would land outside `destination`."""
-    destination.mkdir(parents=True, exist_ok=True)
+    """Unpack a tar.gz, refusing members that would land outside `destination` and hard links
+    (tarfile.TarError or TpuctlError; nothing is written then)."""
     with tarfile.open(archive_path, mode="r:gz") as archive:
         members = archive.getmembers()
-        root = destination.resolve()
-        for member in members:
-            target = (destination / member.name).resolve()
-            if (root not in target.parents and target != root) or member.islnk():
-                raise TpuctlError(f"refusing to write {quoted(member.name)} outside {destination}")
+        linked = [member.name for member in members if member.islnk()]
+        if linked:
+            raise TpuctlError(f"refusing to write the hard link {quoted(linked[0])}")
         if hasattr(tarfile, "data_filter"):
+            # The data filter refuses, before writing anything, a member whose path or link
+            # would leave `destination` (absolute, ../, through a symlink), as the check below
+            # does by hand; it resolves each path once, so it is not done twice.
             archive.extractall(destination, filter="data")
         else:  # pragma: no cover - Python < 3.10.12
+            root = destination.resolve()
+            for member in members:
+                target = (destination / member.name).resolve()
+                if root not in target.parents and target != root:
+                    raise TpuctlError(
+                        f"refusing to write {quoted(member.name)} outside {destination}"
+                    )
             archive.extractall(destination)
     return [member.name for member in members]

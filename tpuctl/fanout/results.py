@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from tpuctl.envelope import Result, jsonable
 from tpuctl.errors import (
@@ -18,14 +18,26 @@ from tpuctl.errors import (
 )
 from tpuctl.fanout.targets import WorkerTarget
 
-Status = Literal["ok", "failed", "unreachable", "timeout", "interrupted", "hostkey-mismatch"]
-STATUSES: tuple[Status, ...] = (
+# hostkey-mismatch: the worker presented a key other than the one it published or that is
+# pinned for it; hostkey-unknown: no key is known for it and nothing may be trusted on first
+# use (--strict-host-key-checking yes); auth-failed: the way to it refused our credentials
+# (an IAP tunnel with no usable gcloud login). All three are exit 8 and never retried.
+Status = Literal[
     "ok",
     "failed",
     "unreachable",
     "timeout",
     "interrupted",
     "hostkey-mismatch",
+    "hostkey-unknown",
+    "auth-failed",
+]
+# A summary's always-present keys: the first six, which the output contract (docs/output.md)
+# lists; the others are counted in a summary only when some worker has them.
+STATUSES: tuple[Status, ...] = get_args(Status)[:6]
+# Statuses of a worker tpuctl never got a shell on.
+NOT_REACHED: frozenset[str] = frozenset(
+    ("unreachable", "hostkey-mismatch", "hostkey-unknown", "auth-failed")
 )
 TAIL_BYTES = 8192
 HINTS_SAID = 3  # the run's error line gives this many workers' fixes, then a count
@@ -107,6 +119,8 @@ class WorkerResult:
 _SEVERITY: tuple[tuple[Status, ExitCode], ...] = (
     ("interrupted", ExitCode.INTERRUPTED),
     ("hostkey-mismatch", ExitCode.AUTH),
+    ("hostkey-unknown", ExitCode.AUTH),
+    ("auth-failed", ExitCode.AUTH),
     ("unreachable", ExitCode.UNREACHABLE),
     ("timeout", ExitCode.DEADLINE),
     ("failed", ExitCode.COMMAND_FAILED),
@@ -158,7 +172,10 @@ class FanoutResult(Result):
         return [r for r in self.results if not r.ok]
 
     def counts(self) -> dict[str, int]:
-        return {status: sum(r.status == status for r in self.results) for status in STATUSES}
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for result in self.results:
+            counts[result.status] = counts.get(result.status, 0) + 1
+        return counts
 
     @property
     def exit_code(self) -> ExitCode:

@@ -18,17 +18,12 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from tpuctl.errors import UsageError
-from tpuctl.fanout.connection import (
-    SetupError,
-    close_transport,
-    host_key_algorithms,
-    transport_class,
-)
+from tpuctl.fanout.handshake import SetupError, close_transport, handshake, new_transport
 from tpuctl.fanout.known_hosts import (
     Checking,
     KnownHostsFile,
@@ -48,6 +43,13 @@ _INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:%-]{1,253}$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 STDERR_SAID = 500  # characters of a tunnel's stderr put in a worker's error
+# What gcloud says when it has no credentials to open a tunnel with, or IAP refuses them
+# (4033: the caller may not use IAP on that instance). No retry can change it.
+_IAP_AUTH_FAILED = re.compile(
+    r"gcloud auth login|active account|refreshing your current auth tokens|reauthentication"
+    r"|could not load the default credentials|\b4033\b|not authorized",
+    re.IGNORECASE,
+)
 TERMINATE_GRACE = 2.0  # seconds between SIGTERM and SIGKILL to a tunnel's process group
 
 Warn = Callable[[str], None]
@@ -61,8 +63,9 @@ class Route(Protocol):
         """A socket-like byte stream to target's SSH port (paramiko's `sock`); SetupError."""
         ...
 
-    def failure(self, stream: Any, wait: float) -> str | None:
-        """What the route knows of why `stream` broke (a tunnel's exit and stderr), or None."""
+    def failure(self, stream: Any, wait: float) -> SetupError | None:
+        """What the route knows of why `stream` broke (a tunnel's exit and stderr) as the
+        worker's failure, or None."""
         ...
 
     def hold(self) -> contextlib.AbstractContextManager[None]: ...
@@ -104,11 +107,17 @@ def check_instance(name: str) -> str:
 class IapTunnel:
     """Each connection is the stdio of its own `gcloud compute start-iap-tunnel INSTANCE PORT
     --listen-on-stdin` (INSTANCE: the worker's `hostname` guest attribute), the command gcloud
-    puts in OpenSSH's ProxyCommand, with the same flags."""
+    puts in OpenSSH's ProxyCommand, with the same flags.
+
+    A tunnel refused for want of credentials (no gcloud login, an expired one, no IAP
+    permission) fails its worker with `auth-failed` (exit 8), not retried; every later worker
+    of the same fan-out fails the same way at once, without starting gcloud again.
+    """
 
     gcloud: str
     project: str
     zone: str
+    _refused: list[SetupError] = field(default_factory=list, compare=False, repr=False)
 
     def command(self, target: WorkerTarget) -> list[str]:
         return [
@@ -124,13 +133,35 @@ class IapTunnel:
         ]
 
     def open(self, target: WorkerTarget, timeout: float) -> TunnelStream:
+        if self._refused:
+            refused = self._refused[0]
+            raise SetupError(refused.kind, str(refused), hint=refused.hint)
         return TunnelStream.start(self.command(target), f"{target.instance} port {target.port}")
 
-    def failure(self, stream: Any, wait: float) -> str | None:
-        return stream.failure(wait) if isinstance(stream, TunnelStream) else None
+    def failure(self, stream: Any, wait: float) -> SetupError | None:
+        said = stream.failure(wait) if isinstance(stream, TunnelStream) else None
+        if said is None:
+            return None
+        if stream.process.returncode and _IAP_AUTH_FAILED.search(said):
+            refused = SetupError(
+                "auth-failed",
+                said,
+                hint="gcloud has no usable credentials for IAP: run `gcloud auth login` (or "
+                "activate a service account), and check that you may use IAP tunnels "
+                "(roles/iap.tunnelResourceAccessor)",
+            )
+            self._refused[:1] = [refused]
+            return refused
+        return SetupError("unreachable", said, retryable=True)
 
-    def hold(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """A refusal is remembered for one fan-out only: the next one (after a `gcloud auth
+        login`, say, while `up` runs for hours) starts gcloud again."""
+        try:
+            yield
+        finally:
+            self._refused.clear()
 
 
 class TunnelStream:
@@ -456,7 +487,7 @@ class Bastion:
                 retryable=True,
             ) from None
 
-    def failure(self, stream: Any, wait: float) -> str | None:
+    def failure(self, stream: Any, wait: float) -> SetupError | None:
         return None
 
     # -- the bastion's own connection ------------------------------------------------------
@@ -482,16 +513,17 @@ class Bastion:
             sock = socket.create_connection((self.jump.host, self.jump.port), timeout=timeout)
         except OSError as error:
             raise SetupError("unreachable", f"{prefix}: cannot connect: {error}") from None
-        transport = transport_class()(sock)
+        transport = new_transport(sock)
         try:
-            known = self._known_keys()
-            if known and self.checking != "no":
-                transport.get_security_options().key_types = host_key_algorithms(known)
-            transport.banner_timeout = transport.handshake_timeout = timeout
-            transport.auth_timeout = timeout
-            transport.start_client(timeout=timeout)
-            if self.checking != "no":
-                self._verify(transport, known)
+            checking = self.checking != "no"
+            known = self._known_keys() if checking else []
+            handshake(
+                transport,
+                timeout,
+                known=[(algorithm, blob) for algorithm, blob, _ in known],
+                check=self._check(known) if checking else None,
+                who=prefix,
+            )
             self._log_in(transport)
             transport.set_keepalive(max(1, int(self.keepalive)))
         except SetupError:
@@ -508,6 +540,9 @@ class Bastion:
         except (paramiko.SSHException, OSError, EOFError) as error:
             close_transport(transport)
             raise SetupError("unreachable", f"{prefix}: SSH set-up failed: {error}") from None
+        except BaseException:
+            close_transport(transport)
+            raise
         return transport
 
     def _log_in(self, transport: paramiko.Transport) -> None:
@@ -525,40 +560,51 @@ class Bastion:
                 error = refused
         raise error or paramiko.AuthenticationException("no key to offer")
 
-    def _known_keys(self) -> list[tuple[str, str]]:
-        """The bastion's keys in ~/.ssh/known_hosts (hashed names too) and tpuctl's file."""
+    def _known_keys(self) -> list[tuple[str, str, Path]]:
+        """The bastion's keys (algorithm, blob, the file that holds it) in ~/.ssh/known_hosts
+        (hashed names too) and tpuctl's file."""
         import paramiko
 
-        keys: list[tuple[str, str]] = []
+        keys: list[tuple[str, str, Path]] = []
         if self.known_hosts.is_file():
             host_keys = paramiko.HostKeys()
-            with contextlib.suppress(OSError, paramiko.SSHException):
+            with contextlib.suppress(OSError, paramiko.SSHException, ValueError):
                 host_keys.load(str(self.known_hosts))
             entry = host_keys.lookup(self.jump.alias)
             if entry is not None:
-                keys += [(key.get_name(), key.get_base64()) for key in entry.values()]
-        return keys + [(pin.algorithm, pin.blob) for pin in self._pinned]
+                keys += [
+                    (key.get_name(), key.get_base64(), self.known_hosts) for key in entry.values()
+                ]
+        return keys + [(pin.algorithm, pin.blob, self.pins_path) for pin in self._pinned]
 
-    def _verify(self, transport: paramiko.Transport, known: list[tuple[str, str]]) -> None:
-        key = transport.get_remote_server_key()
-        presented = (key.get_name(), key.get_base64())
+    def _check(self, known: list[tuple[str, str, Path]]) -> Callable[[str, str], None]:
+        def check(algorithm: str, blob: str) -> None:
+            self._verify((algorithm, blob), known)
+
+        return check
+
+    def _verify(self, presented: tuple[str, str], known: list[tuple[str, str, Path]]) -> None:
         shown = f"{presented[0]} {fingerprint(presented[1])}"
         alias = self.jump.alias
-        if any(same_key(pair, presented) for pair in known):
+        if any(same_key((algorithm, blob), presented) for algorithm, blob, _ in known):
             return
         if known:
-            fix = forget_command(alias, self.known_hosts) + " (or in " + str(self.pins_path) + ")"
+            # Name the files that hold a key for it, and only those.
+            holders = list(dict.fromkeys(path for _, _, path in known))
+            fix = " and ".join(forget_command(alias, path) for path in holders)
+            where = " and ".join(str(path) for path in holders)
             raise SetupError(
                 "hostkey-mismatch",
                 f"HOST KEY CHANGED for bastion {alias}: it presented {shown}, which is not the "
-                "key your known hosts hold for it; not connecting",
+                f"key {where} holds for it; not connecting",
                 hint=f"if the change is expected, forget the old key: {fix}",
             )
         if self.checking != "accept-new":
             raise SetupError(
-                "hostkey-mismatch",
-                f"bastion {alias} is not in {self.known_hosts} or {self.pins_path}, and "
-                "--strict-host-key-checking yes trusts no new host",
+                "hostkey-unknown",
+                f"bastion {alias} has an unknown host key ({shown}): it is in neither "
+                f"{self.known_hosts} nor {self.pins_path}, and --strict-host-key-checking yes "
+                "trusts no new host",
                 hint="connect once with `ssh` to add it to your known hosts, or run with "
                 "--strict-host-key-checking accept-new",
             )

@@ -19,7 +19,7 @@ from tpuctl.errors import UsageError
 from tpuctl.fanout.engine import EventCallback, OutputCallback, run_fanout
 from tpuctl.fanout.operations import Fleet, pack_local
 from tpuctl.fanout.remote import UPLOAD_CHECKSUM_EXIT
-from tpuctl.fanout.results import FanoutResult, Transfer, WorkerResult
+from tpuctl.fanout.results import NOT_REACHED, FanoutResult, Transfer, WorkerResult
 from tpuctl.jobs.scripts import (
     LOCK_WAIT_SECONDS,
     check_run_name,
@@ -224,7 +224,7 @@ def parse_probe(worker: WorkerResult) -> WorkerJobStatus:
     if not worker.ok:
         return WorkerJobStatus(
             target.slice_index, target.node_id, target.worker, "unknown", None, None, None,
-            None, None, None, reachable=worker.status not in ("unreachable", "hostkey-mismatch"),
+            None, None, None, reachable=worker.status not in NOT_REACHED,
             error=worker.error or worker.stderr.text() or worker.status,
         )  # fmt: skip
     values: dict[str, str] = {}

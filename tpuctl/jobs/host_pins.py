@@ -10,7 +10,8 @@ import re
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from tpuctl.fanout.known_hosts import KnownHostsFile, _atomic_write, _locked
+from tpuctl.fanout.known_hosts import KnownHostsFile
+from tpuctl.files import locked, write_atomic
 
 _ALIAS = re.compile(r"^tpu\.(\d+)-\d+$")
 
@@ -33,7 +34,7 @@ def forget(path: Path, aliases: Sequence[str]) -> list[str]:
     if not gone or not path.exists():
         return []
     KnownHostsFile(path).read()  # its ownership and mode checked, as for any use
-    with _locked(path.with_name(path.name + ".lock")):
+    with locked(path):  # the lock every tpuctl writing the file takes
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         kept, removed = [], set()
         for line in lines:
@@ -44,5 +45,5 @@ def forget(path: Path, aliases: Sequence[str]) -> list[str]:
                 continue
             kept.append(line)
         if removed:
-            _atomic_write(path, "".join(line + "\n" for line in kept))
+            write_atomic(path, "".join(line + "\n" for line in kept), mode=0o600)
     return sorted(removed)

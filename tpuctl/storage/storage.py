@@ -13,7 +13,6 @@ import contextlib
 import os
 import posixpath
 import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from tpuctl.errors import AuthError, NotFoundError, TpuctlError, UsageError, quoted
+from tpuctl.files import locked, write_atomic
 from tpuctl.worker import join_location
 
 StorageKind = Literal["local", "gcs"]
@@ -187,27 +187,9 @@ class LocalStorage(Storage):
             return self._path(path).read_text(encoding="utf-8")
 
     def write_text(self, path: str, text: str, *, exclusive: bool = False) -> bool:
-        target = self._path(path)
         with self._errors(path):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            try:
-                os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from other users
-                with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                    stream.write(text)
-                    stream.flush()
-                    os.fsync(stream.fileno())
-                if not exclusive:
-                    os.replace(temporary, target)
-                    return True
-                try:
-                    os.link(temporary, target)  # fails if the target exists, unlike rename
-                except FileExistsError:
-                    return False
-                return True
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temporary)
+            # 0644: mkstemp's 0600 would hide it from other users.
+            return write_atomic(self._path(path), text, mode=0o644, exclusive=exclusive)
 
     def delete(self, path: str, *, recursive: bool = False) -> None:
         target = self._path(path)
@@ -231,15 +213,8 @@ class LocalStorage(Storage):
     @contextlib.contextmanager
     def _swap_lock(self, target: Path) -> Iterator[None]:
         """Compare-and-swaps on one file exclude one another (an flock beside it)."""
-        import fcntl
-
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{target.name}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with locked(target, mode=0o644):
+            yield
 
     def read_versioned(self, path: str) -> tuple[str, str] | None:
         target = self._path(path)

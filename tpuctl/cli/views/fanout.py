@@ -19,7 +19,15 @@ from tpuctl.fanout.results import FanoutResult, WorkerResult
 
 # Above this many workers a table shows the workers that were not ok, and one line for the rest.
 SUMMARY_THRESHOLD = 64
-BAD_STATUSES = ("failed", "unreachable", "timeout", "hostkey-mismatch", "interrupted")
+BAD_STATUSES = (
+    "failed",
+    "unreachable",
+    "timeout",
+    "hostkey-mismatch",
+    "hostkey-unknown",
+    "auth-failed",
+    "interrupted",
+)
 Detail = Callable[[WorkerResult, Style], list[object]]
 
 BASE = (
