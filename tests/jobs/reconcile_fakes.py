@@ -56,6 +56,7 @@ class FakeSlices:
         self.zones = {zone: FakeZone() for zone in zones}
         self.api_down = False
         self.history: list[tuple[float, str, str]] = []
+        self.rungs_asked: list[int] = []  # the ladder's rung of every create
 
     def zone(self, zone: str) -> FakeZone:
         return self.zones.setdefault(zone, FakeZone())
@@ -106,8 +107,9 @@ class FakeSlices:
         self._call()
         return None if self.zone(zone).settled else "node job is RESTARTING"
 
-    def create(self, zone: str) -> tuple[str, str | None]:
+    def create(self, zone: str, rung: int = 0) -> tuple[str, str | None]:
         self._call()
+        self.rungs_asked.append(rung)
         fake = self.zone(zone)
         self._advance(fake)
         if fake.state != GONE:

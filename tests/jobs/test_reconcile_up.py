@@ -43,6 +43,7 @@ class Run:
     record: FakeRecord = field(default_factory=FakeRecord)
     store: FakeStore | None = None
     slices: FakeSlices | None = None
+    ladder: tuple[tuple[str, ...], bool] = ((), False)  # the rungs' names, prefer_cheapest
 
     def __post_init__(self) -> None:
         self.store = self.store or FakeStore(self.time)
@@ -63,11 +64,15 @@ class Run:
 
     def supervisor(self, **overrides: object) -> Supervisor:
         options = dataclasses.replace(self.options, zones=self.zones)
+        rungs, cheapest = self.ladder
+        policy = dataclasses.replace(
+            policy_of(self.spec, options, self.zones[0]), rungs=rungs, prefer_cheapest=cheapest
+        )
         return Supervisor(
             self.spec,
             self.world(),
             self.journal,
-            policy_of(self.spec, options, self.zones[0]),
+            policy,
             options=options,
             clock=self.time.clock(),
             **overrides,  # type: ignore[arg-type]
@@ -261,7 +266,7 @@ def test_an_outage_when_up_must_create_exits_11_naming_what_may_be_left() -> Non
     run.qr.zone("z").undeletable = True  # the create is refused the same way below
     run.qr.api_down = False
 
-    def refuse(zone: str) -> tuple[str, str | None]:
+    def refuse(zone: str, rung: int = 0) -> tuple[str, str | None]:
         raise ApiUnavailableError("the TPU API kept failing", status="UNAVAILABLE")
 
     run.qr.create = refuse  # type: ignore[method-assign]
@@ -615,3 +620,68 @@ def test_the_store_folds_only_what_its_snapshot_has_not_seen(tmp_path: object) -
     assert len(reads) == 1 and len(reads[0]) == 1  # only the entry the snapshot had not folded
     (base / "ckpt" / "tpuctl" / "job" / "state.json").write_text("{not json")
     assert RunStore(job_spec, "p", "z").load().preempted == ["z@1"]  # the journal is the truth
+
+
+# ------------------------------------------------------------------------ the ladder
+
+
+def laddered(prefer_cheapest: bool = False, max_preemptions: int = 1) -> Run:
+    """spot → flex-start → on-demand, a 60 s queueing deadline on each rung."""
+    run = Run(
+        spec=spec(max_preemptions=max_preemptions),
+        options=dataclasses.replace(FAST, queue_timeout=60.0),
+    )
+    run.ladder = (("spot", "flex-start 1d", "on-demand"), prefer_cheapest)
+    return run
+
+
+def test_a_rung_with_no_capacity_is_climbed_and_nothing_is_left_on_it() -> None:
+    run = laddered()
+    zone = run.qr.zone("z")
+    zone.next_state = None  # spot: no capacity
+
+    def capacity_on_the_next_rung() -> None:
+        zone.next_state = "ACTIVE"
+
+    run.time.at(61, capacity_on_the_next_rung)
+    run.time.at(120, lambda: setattr(run.record, "done", True))
+    result = run.run()
+    assert result.outcome == "done"
+    assert run.qr.rungs_asked == [0, 1]
+    rungs = run.journal.of("capacity.rung")
+    assert [r["rung"] for r in rungs] == [1] and rungs[0]["name"] == "flex-start 1d"
+    assert "found no capacity within the queueing deadline" in rungs[0]["message"]
+    assert zone.creates == zone.deletes == 2 and run.qr.most_at_once() == 1
+
+
+def test_a_spent_preemption_budget_climbs_instead_of_giving_up() -> None:
+    run = laddered(max_preemptions=1)
+    zone = run.qr.zone("z")
+    for t in (10, 30):
+        run.time.at(t, lambda: setattr(zone, "state", "SUSPENDED"))
+    run.time.at(90, lambda: setattr(run.record, "done", True))
+    result = run.run()
+    assert result.outcome == "done" and result.preemptions == 2
+    assert run.qr.rungs_asked == [0, 0, 1]
+    assert run.journal.of("capacity.rung")[0]["rung"] == 1
+
+
+def test_the_last_rung_s_end_is_the_run_s() -> None:
+    run = laddered()
+    run.qr.zone("z").next_state = None
+    with pytest.raises(DeadlineError):
+        run.run()
+    assert run.qr.rungs_asked == [0, 1, 2]
+    assert run.qr.zone("z").creates == run.qr.zone("z").deletes == 3
+
+
+def test_prefer_cheapest_starts_every_new_bring_up_from_the_first_rung() -> None:
+    run = laddered(prefer_cheapest=True, max_preemptions=1)
+    zone = run.qr.zone("z")
+    for t in (10, 30, 50):
+        run.time.at(t, lambda: setattr(zone, "state", "SUSPENDED"))
+    run.time.at(120, lambda: setattr(run.record, "done", True))
+    run.run()
+    # Two preemptions on spot climb to flex-start; its preemption sends it back down.
+    assert run.qr.rungs_asked == [0, 0, 1, 0]
+    assert [r["rung"] for r in run.journal.of("capacity.rung")] == [1, 0]

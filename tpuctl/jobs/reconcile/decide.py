@@ -85,6 +85,11 @@ class Policy:
     start_attempts: int = 3
     poll: float = 6.0  # seconds between steps while nothing changes
     job_check_every: float = 20.0
+    # A capacity ladder (capacity.fallback): each rung's name, the first the spec's own tier;
+    # a rung is climbed when its queueing deadline passes in every zone or its preemption
+    # budget is spent. `prefer_cheapest`: every new bring-up starts from the first rung again.
+    rungs: tuple[str, ...] = ()
+    prefer_cheapest: bool = False
 
     @property
     def racing(self) -> bool:
@@ -135,6 +140,7 @@ class Decision:
     outcome: str = IN_PROGRESS
     next_in: float = FAST
     again: int | None = None  # a create after the `again`-th preemption
+    rung: int = 0  # a create: the capacity ladder's rung it asks for
     from_step: int | None = None  # a restart: the checkpoint it resumes from
     ending: str | None = None  # a restart: the ending it answers
     kept: bool = False  # the run ends with its queued resource kept
@@ -175,6 +181,7 @@ class _Decider:
         self.name = policy.name
         self.now = seen.at
         self.notes: list[Note] = []
+        self.rung = record.rung  # the ladder's rung, once this step's notes are written
 
     # ----------------------------------------------------------------------- plumbing
 
@@ -398,14 +405,61 @@ class _Decider:
         again = self.record.preemptions if recovering == "preemption" else None
         if recovering == "run end":
             again = len(self.record.run_ends)
+        if (
+            self.policy.prefer_cheapest
+            and self.rung > 0
+            and recovering in ("preemption", "run end")
+            and (self.record.rung_preemptions > 0 or self.record.run_ends)
+            and not any(note.kind == "capacity.rung" for note in self.notes)
+        ):
+            self._climb(0, "--prefer-cheapest: a new bring-up starts from the cheapest rung")
         where = f" in {', '.join(zones)}" if len(self.policy.zones) > 1 else ""
+        on = f" on {self.policy.rungs[self.rung]}" if len(self.policy.rungs) > 1 else ""
         verb = "creating again" if again else "creating"
         return self.make(
             CREATE,
-            f"{self.name}: {verb}{where}",
+            f"{self.name}: {verb}{where}{on}",
             zones=zones,
             again=again or None,
+            rung=self.rung,
         )
+
+    # ----------------------------------------------------------------------- the ladder
+
+    def _next_rung(self) -> int | None:
+        following = self.rung + 1
+        return following if following < len(self.policy.rungs) else None
+
+    def _climb(self, rung: int, why: str) -> None:
+        names = self.policy.rungs
+        self.note(
+            "capacity.rung",
+            f"{self.name}: {'climbing' if rung > self.rung else 'going back'} to rung "
+            f"{rung + 1} of {len(names)}, {names[rung]} ({why})",
+            rung=rung,
+            name=names[rung],
+            previous=self.rung,
+            why=why,
+        )
+        self.rung = rung
+
+    def _climb_instead(self, why: str, present: Sequence[SliceSeen]) -> Decision | None:
+        """Climb to the ladder's next rung instead of giving up, if there is one: what this
+        rung left is deleted first (the next step creates on the next rung)."""
+        following = self._next_rung()
+        if following is None:
+            return None
+        self._climb(following, why)
+        left = tuple(s.zone for s in present if s.state != "DELETING")
+        if left:
+            return self.make(
+                DELETE,
+                f"{self.name}: {why}; deleting it to ask {self.policy.rungs[following]}",
+                zones=left,
+                why=f"climbing to {self.policy.rungs[following]}",
+            )
+        zones = (self.policy.zones[0],) if not self.policy.racing else self.policy.zones
+        return self._create(zones)
 
     def _vanished(self) -> Decision | None:
         """The run's queued resource is gone though nothing of tpuctl's deleted it (someone
@@ -607,8 +661,14 @@ class _Decider:
         return self._exhausted(current, phase)
 
     def _exhausted(self, current: SliceSeen, phase: str | None) -> Decision:
-        """Every zone was tried: the last one's end is the run's."""
+        """Every zone was tried: the last one's end is the run's (or a rung's, on a ladder)."""
         tried = [*self.record.round_given_up, current.zone]
+        why = f"{self.policy.rungs[self.rung] if self.policy.rungs else 'this tier'} " + (
+            f"found no capacity within the {phase} deadline" if phase else "FAILED"
+        )
+        climbed = self._climb_instead(why, self._present())
+        if climbed is not None:
+            return climbed
         where = (
             f"no zone became ACTIVE ({', '.join(dict.fromkeys(tried))}; the last: "
             if len(self.policy.zones) > 1
@@ -637,6 +697,10 @@ class _Decider:
     def _no_zone_left(self, phase: str) -> Decision:
         tried = list(self.record.round_given_up)
         outcomes = set(self.record.round_outcomes.values())
+        rung = self.policy.rungs[self.rung] if self.policy.rungs else "this tier"
+        climbed = self._climb_instead(f"{rung} got no capacity in any zone", [])
+        if climbed is not None:
+            return climbed
         if outcomes == {"resource_exhausted"}:
             where = "the zone" if len(tried) == 1 else f"every zone ({', '.join(tried)})"
             return self.give_up(
@@ -681,9 +745,10 @@ class _Decider:
         if self._time_is_up(current):
             return self._run_ended(current, incarnation)
         if incarnation in self.record.preempted:
-            count = self.record.preemptions
+            count = self.record.rung_preemptions if self.policy.rungs else self.record.preemptions
             if count > self.policy.max_preemptions:
-                return self._preemption_budget(count)
+                climbed = self._climb_instead("its preemption budget is spent", [current])
+                return climbed if climbed is not None else self._preemption_budget(count)
             return self.make(
                 DELETE,
                 f"deleted {self.name} to recreate it",
@@ -736,6 +801,7 @@ class _Decider:
     ) -> Decision:
         count = self.record.preemptions + 1
         budget = self.policy.max_preemptions
+        in_rung = self.record.rung_preemptions + 1
         initiator = current.initiator if current is not None else None
         self.note(
             "preemption.detected",
@@ -753,8 +819,15 @@ class _Decider:
             checkpoint_step=self.seen.latest_step,
             last_step=self._last_step(),
         )
-        if count > budget:
-            return self._preemption_budget(count)
+        spent = (in_rung if self.policy.rungs else count) > budget
+        if spent:
+            present = [current] if current is not None else []
+            climbed = self._climb_instead(
+                f"{self.policy.rungs[self.rung] if self.policy.rungs else ''} was preempted "
+                f"{in_rung} times, over recovery.max_preemptions ({budget})",
+                present,
+            )
+            return climbed if climbed is not None else self._preemption_budget(count)
         if current is None:  # it vanished: nothing to delete, create it again
             return self._create((self.policy.zones[0],))
         return self.make(

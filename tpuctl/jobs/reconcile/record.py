@@ -60,6 +60,8 @@ class RunRecord:
     kept: bool = False  # it ended with its queued resource kept (--keep): nothing to delete
     # Budgets, counted once per key.
     preempted: list[str] = field(default_factory=list)  # incarnations counted
+    rung: int = 0  # the capacity ladder's rung the run asks for now
+    rung_preemptions: int = 0  # preemptions since it began asking for it
     # Incarnations a flex-start run's end took back (neither a preemption nor a failure).
     run_ends: list[str] = field(default_factory=list)
     failed_endings: list[str] = field(default_factory=list)
@@ -223,6 +225,7 @@ def _disruption_of_slice(record: RunRecord, _at: datetime, fields: Mapping[str, 
     incarnation = str(fields.get("incarnation") or "")
     if incarnation and incarnation not in record.preempted:
         record.preempted.append(incarnation)
+        record.rung_preemptions += 1
     record.round_given_up = []
     record.round_outcomes = {}
     record.racing = False
@@ -240,6 +243,16 @@ def _run_ended(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -> N
     record.racing = False
     record.recovering = "run end"
     _forget_job(record)
+
+
+def _rung(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -> None:
+    """The ladder's rung the run asks for now: a new round of zones, a new budget."""
+    rung = fields.get("rung")
+    record.rung = rung if isinstance(rung, int) else 0
+    record.rung_preemptions = 0
+    record.round_given_up = []
+    record.round_outcomes = {}
+    record.racing = False
 
 
 def _forget_job(record: RunRecord) -> None:
@@ -344,6 +357,7 @@ _HANDLERS: dict[str, Any] = {
     "zone.chosen": _race(False),
     "preemption.detected": _disruption_of_slice,
     "run.ended": _run_ended,
+    "capacity.rung": _rung,
     "job.started": _job_started,
     "job.start_failed": _start_failed,
     "job.running": _job_running,

@@ -9,7 +9,7 @@ what it did through `write`, so the journal always says what was sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,9 +63,9 @@ class Slices(Protocol):
         """Why its nodes are not settled (restarting, maintenance announced…), or None."""
         ...
 
-    def create(self, zone: str) -> tuple[str, str | None]:
-        """Create it from the spec, one request id for every retry: (`created` or `exists`,
-        the request id)."""
+    def create(self, zone: str, rung: int = 0) -> tuple[str, str | None]:
+        """Create it from the spec (on the capacity ladder's `rung`: 0 is the spec's own
+        tier), one request id for every retry: (`created` or `exists`, the request id)."""
         ...
 
     def delete(self, zone: str) -> str:
@@ -86,10 +86,17 @@ class TpuSlices:
     """Slices through the Cloud TPU API: one queued resource per zone, named after the spec."""
 
     def __init__(
-        self, api: TpuApi, spec: Spec, fleet_factory: Callable[..., Fleet], name: str = ""
+        self,
+        api: TpuApi,
+        spec: Spec,
+        fleet_factory: Callable[..., Fleet],
+        name: str = "",
+        rungs: Sequence[Spec] = (),
     ) -> None:
         self.api = api
         self.spec = spec
+        # The spec as each rung of its capacity ladder asks for it (the first: the spec's own).
+        self.rungs = list(rungs) or [spec]
         self.name = name or spec.name
         self.fleet_factory = fleet_factory
 
@@ -129,12 +136,13 @@ class TpuSlices:
             return "the queued resource is gone"
         return node_disruption(api, describe.template_of(queued_resource).node_ids)
 
-    def create(self, zone: str) -> tuple[str, str | None]:
+    def create(self, zone: str, rung: int = 0) -> tuple[str, str | None]:
         from tpuctl.cloud import lifecycle
         from tpuctl.jobs.provision import create_request
 
         api = self.api.in_zone(zone)
-        created = lifecycle.create(api, create_request(self.spec, api.location))
+        spec = self.rungs[min(rung, len(self.rungs) - 1)]
+        created = lifecycle.create(api, create_request(spec, api.location))
         return created.action, created.request_id
 
     def delete(self, zone: str) -> str:
@@ -407,7 +415,7 @@ def _create(decision: Decision, world: World, run: RunRecord, seen: Seen, write:
     for zone in decision.zones:
         crash.point(f"create {zone}")
         try:
-            action, request_id = world.slices.create(zone)
+            action, request_id = world.slices.create(zone, decision.rung)
         except ResourceExhaustedError as refused:
             write(
                 "zone.gave_up",
@@ -419,7 +427,11 @@ def _create(decision: Decision, world: World, run: RunRecord, seen: Seen, write:
             )
             continue
         where = f" in {zone}" if len(seen.slices) > 1 or racing else ""
-        facts: dict[str, Any] = {"zone": zone, "racing": racing or None}
+        facts: dict[str, Any] = {
+            "zone": zone,
+            "racing": racing or None,
+            "rung": decision.rung if decision.rung else None,
+        }
         if action == "created" and decision.again:
             write(
                 "qr.recreated",
