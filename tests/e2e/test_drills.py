@@ -73,6 +73,8 @@ def test_maintenance_without_autocheckpoint_recomputes_since_last_checkpoint(
     )
     job.start_up()
     job.wait_running()
+    # The event must come after a periodic checkpoint, for there to be one to resume from.
+    wait_for(job.complete_steps, 60, "the first periodic checkpoint")
     report = _drill(job, "--kind", "maintenance")
     event = report["step_at_event"]
     last = report["last_checkpoint_before_event"]

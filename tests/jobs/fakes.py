@@ -321,8 +321,11 @@ def fleet(slices: int = 1, workers: int = 2, zone: str | None = None) -> Fleet:
     ]
 
     class _Fleet:
-        def __init__(self) -> None:
-            self.targets = targets
+        def __init__(self, chosen: Sequence[WorkerTarget] | None = None) -> None:
+            self.targets = list(chosen) if chosen is not None else targets
+
+        def only(self, chosen: Sequence[WorkerTarget]) -> _Fleet:
+            return _Fleet(chosen)
 
     return cast(Fleet, _Fleet())
 

@@ -63,7 +63,7 @@ STATUS_STATE=starting BOOT=0 TRAINER_PID="" STARTED="" EXIT_CODE="" REASON="" SI
 # This worker's state object beside the run's journal (set once the worker knows who it is),
 # for supervisors that cannot reach it over SSH: written when the state changes, and every
 # STATE_HEARTBEAT_SECONDS while the trainer runs.
-WORKER_STATE="" LAST_STEP="" LAST_SHARED=""
+WORKER_STATE="" LAST_STEP="" RESUMED_FROM="" LAST_SHARED=""
 STATE_HEARTBEAT_SECONDS="${TPUCTL_STATE_HEARTBEAT_SECONDS:-60}"
 
 # To the guest agent's journal (stderr) and to this boot's log, which is what `tpuctl logs` reads.
@@ -116,6 +116,7 @@ write_shared_state() {
   body+=",\"pid\":$(json_number "$TRAINER_PID"),\"started\":$(json_string "$STARTED")"
   body+=",\"exit_code\":$(json_number "$EXIT_CODE"),\"signalled\":$(json_number "${SIGNALLED:-0}")"
   body+=",\"reason\":$(json_string "${REASON//$'\n'/ }"),\"last_step\":$(json_number "$LAST_STEP")"
+  body+=",\"resumed_from\":$(json_number "$RESUMED_FROM")"
   if [[ ${1:-} != force && $body == "$LAST_SHARED" ]]; then return 0; fi
   LAST_SHARED=$body
   printf -v now '%(%s)T' -1
@@ -134,10 +135,16 @@ write_shared_state() {
   return 0
 }
 
-# The last training step the job logged (`step N/…` or `completed step: N`), into LAST_STEP.
+# The last training step the job logged (`step N/…` or `completed step: N`), into LAST_STEP,
+# and the step it said it resumed from (`resumed from step N`, near its start) into
+# RESUMED_FROM.
 read_last_step() {
-  local tail line
+  local tail line head
   [[ -n $BOOT_LOG && -e $BOOT_LOG ]] || return 0
+  if [[ -z $RESUMED_FROM ]]; then
+    head=$(head -c 16384 -- "$BOOT_LOG" 2>/dev/null) || head=""
+    if [[ $head =~ resumed\ from\ step\ ([0-9]+) ]]; then RESUMED_FROM=${BASH_REMATCH[1]}; fi
+  fi
   tail=$(tail -c 4096 -- "$BOOT_LOG" 2>/dev/null) || return 0
   while IFS= read -r line; do
     if [[ $line =~ step\ ([0-9]+)/ || $line =~ completed\ step:\ ([0-9]+) ]]; then
@@ -765,8 +772,11 @@ supervise() {
     fi
   fi
   settle_done_state
-  write_status
+  # Said, and the lock let go, before the status says so: whoever reads the new status can
+  # run this script again at once and find the log complete.
   log "trainer exited with $rc; state $STATUS_STATE"
+  exec 9>&-
+  write_status
 }
 
 supervise </dev/null >>"$BOOT_LOG" 2>&1 &

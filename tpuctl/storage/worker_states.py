@@ -35,6 +35,7 @@ class WorkerState:
     signalled: bool = False
     reason: str | None = None
     last_step: int | None = None
+    resumed_from: int | None = None  # the step its job said it resumed from in this boot
     heartbeat: datetime | None = None
 
     @property
@@ -67,6 +68,7 @@ class WorkerState:
             signalled=data.get("signalled") == 1,
             reason=str(data.get("reason") or "") or None,
             last_step=_int(data.get("last_step")),
+            resumed_from=_int(data.get("resumed_from")),
             heartbeat=(
                 datetime.fromtimestamp(beat, timezone.utc) if isinstance(beat, int) else None
             ),

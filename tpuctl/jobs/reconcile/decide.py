@@ -59,6 +59,8 @@ REDELIVER_AFTER = 60.0  # a delivered job still waiting for its code is delivere
 # A slice set taken back this close to its termination time ended its run (flex-start), and a
 # job that ended this close before it was stopped for it: neither is a preemption or a failure.
 TIME_UP_SLACK = 60.0
+# A worker in one of these has not started the job of this boot: the job is delivered to it.
+WAITING_STATES = frozenset({"waiting-for-code", "waiting-for-zone", "none"})
 END_NEAR = 600.0
 
 
@@ -141,6 +143,7 @@ class Decision:
     next_in: float = FAST
     again: int | None = None  # a create after the `again`-th preemption
     rung: int = 0  # a create: the capacity ladder's rung it asks for
+    workers: tuple[str, ...] = ()  # a start: only these workers (empty: every one)
     from_step: int | None = None  # a restart: the checkpoint it resumes from
     ending: str | None = None  # a restart: the ending it answers
     kept: bool = False  # the run ends with its queued resource kept
@@ -846,6 +849,16 @@ class _Decider:
             preemptions=count,
         )
 
+    def _resumed_from(self, workers: Sequence[WorkerSeen]) -> int | None:
+        """Where the job resumed: what its workers logged (the lowest), else the latest
+        committed step when it stopped (nothing is saved while it is down), else now."""
+        said = [w.resumed_from for w in workers if w.resumed_from is not None]
+        if said:
+            return min(said)
+        if self.record.resume_point is not None:
+            return self.record.resume_point
+        return self.seen.latest_step
+
     def _last_step(self) -> int | None:
         steps = [w.last_step for w in self.seen.workers or () if w.last_step is not None]
         return max(steps) if steps else None
@@ -898,10 +911,13 @@ class _Decider:
             self.record.job_started_at is not None
             and self.record.job_incarnation == current.incarnation
         )
-        waiting = [s for s in states if s in ("waiting-for-code", "waiting-for-zone", "none")]
-        if waiting and not any(s in contract.LIVE_STATES for s in states):
+        waiting = [w for w in workers if w.state in WAITING_STATES]
+        live = any(s in contract.LIVE_STATES for s in states)
+        if waiting and not live:
             return self._start(current, workers, started_here)
-        if any(s in contract.LIVE_STATES for s in states):
+        if waiting:  # a replaced slice (a new disk) among running ones: start it there only
+            return self._start(current, waiting, started_here, only=True)
+        if live:
             return self._running(current, workers, started_here)
         return self._ended(current, workers)
 
@@ -933,9 +949,17 @@ class _Decider:
         return self.wait(f"unread:{current.incarnation}", message, self.policy.job_check_every)
 
     def _start(
-        self, current: SliceSeen, workers: Sequence[WorkerSeen], started_here: bool
+        self,
+        current: SliceSeen,
+        workers: Sequence[WorkerSeen],
+        started_here: bool,
+        *,
+        only: bool = False,
     ) -> Decision:
-        if started_here and self._since(self.record.job_started_at) < REDELIVER_AFTER:
+        # Delivered a moment ago and not seen running since: the delivery is still arriving.
+        # (Waiting after the job ran is new: a replaced slice's new disk.)
+        arriving = started_here and self.record.running_boots is None
+        if arriving and self._since(self.record.job_started_at) < REDELIVER_AFTER:
             states = _describe(workers)
             return self.wait(
                 f"starting:{current.incarnation}",
@@ -956,6 +980,16 @@ class _Decider:
             "none": "not started yet",
         }
         reasons = sorted({why.get(w.state, w.state) for w in workers})
+        if only:
+            labels = ", ".join(w.label for w in workers)
+            return self.make(
+                START,
+                f"{self.name}: {len(workers)} workers wait for the code or the claim "
+                f"({labels}: {'; '.join(reasons)}, a new disk) while the others run: "
+                "delivering it to them",
+                zones=(current.zone,),
+                workers=tuple(w.label for w in workers),
+            )
         return self.make(
             START,
             f"{self.name}: delivering and starting the job ({'; '.join(reasons)})",
@@ -971,12 +1005,13 @@ class _Decider:
         if "running" in states:
             if record.running_boots is None:
                 picked_up = not started_here and record.recovering is None
+                resumed = self._resumed_from(workers) if record.recovering else None
                 message = (
                     f"{self.name}: the job is already running ({_describe(workers)}); "
                     "supervising it without a restart"
                     if picked_up
                     else f"{self.name}: the job is running ({_describe(workers)})"
-                )
+                ) + (f"; resumed from step {resumed}" if resumed is not None else "")
                 self.note(
                     "job.running",
                     message,
@@ -985,13 +1020,15 @@ class _Decider:
                     already=picked_up or None,
                     recovering=record.recovering,
                     incarnation=current.incarnation,
-                    resumed_from=self.seen.latest_step if record.recovering else None,
+                    resumed_from=resumed,
                 )
             elif any((boots.get(k) or 0) > (v or 0) for k, v in record.running_boots.items()):
+                resumed = self._resumed_from(workers)
                 self.note(
                     "job.relaunched",
-                    f"{self.name}: the job relaunched itself after a reboot (maintenance or "
-                    f"reset; boots {_boots(boots)}): not a failure",
+                    f"{self.name}: the job relaunched itself after a reboot (maintenance, a "
+                    f"repair or a reset; boots {_boots(boots)}): not a failure"
+                    + (f"; resumed from step {resumed}" if resumed is not None else ""),
                     zone=current.zone,
                     boots=boots,
                     recovering=record.recovering,

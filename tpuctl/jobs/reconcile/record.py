@@ -85,6 +85,9 @@ class RunRecord:
     running_boots: dict[str, int | None] | None = None
     ended: Ended | None = None
     recovering: str | None = None  # what the job recovers from: preemption, failure, …
+    # The latest committed step when the job stopped for it: where it resumes (nothing is
+    # saved while it is down).
+    resume_point: int | None = None
     job_zone: str | None = None  # where the job was started or seen running last
     done_said: bool = False  # the job's end was recorded (job.done)
     logs_saved: bool = False
@@ -161,6 +164,10 @@ class RunRecord:
             return None
 
 
+def _step(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _time(moment: datetime | None) -> str | None:
     return None if moment is None else rfc3339(moment, "auto")
 
@@ -230,6 +237,7 @@ def _disruption_of_slice(record: RunRecord, _at: datetime, fields: Mapping[str, 
     record.round_outcomes = {}
     record.racing = False
     record.recovering = str(fields.get("cause") or "preemption")
+    record.resume_point = _step(fields.get("checkpoint_step"))
     _forget_job(record)
 
 
@@ -242,6 +250,7 @@ def _run_ended(record: RunRecord, _at: datetime, fields: Mapping[str, Any]) -> N
     record.round_outcomes = {}
     record.racing = False
     record.recovering = "run end"
+    record.resume_point = _step(fields.get("checkpoint_step"))
     _forget_job(record)
 
 
@@ -265,6 +274,8 @@ def _forget_job(record: RunRecord) -> None:
 
 
 def _job_started(record: RunRecord, at: datetime, fields: Mapping[str, Any]) -> None:
+    if fields.get("only"):  # started on a replaced slice's workers: the job was running
+        return
     record.job_started_at = at
     record.job_zone = str(fields.get("zone") or "") or record.job_zone
     incarnation = fields.get("incarnation")
@@ -316,6 +327,7 @@ def _job_restarted(record: RunRecord, at: datetime, fields: Mapping[str, Any]) -
     step = fields.get("from_step")
     record.restart_steps.append(step if isinstance(step, int) else None)
     record.recovering = "failure"
+    record.resume_point = _step(step)
     record.job_started_at = at
     record.running_boots = None
     record.ended = None

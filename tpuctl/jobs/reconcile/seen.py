@@ -61,6 +61,7 @@ class WorkerSeen:
     signalled: bool = False
     reachable: bool = True
     last_step: int | None = None
+    resumed_from: int | None = None
     reason: str | None = None
     error: str | None = None
     source: str = "ssh"
@@ -75,6 +76,7 @@ class WorkerSeen:
             "signalled": self.signalled,
             "reachable": self.reachable,
             "last_step": self.last_step,
+            "resumed_from": self.resumed_from,
             "reason": self.reason,
             "error": self.error,
             "source": self.source,

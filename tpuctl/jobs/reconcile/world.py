@@ -233,6 +233,7 @@ class ObjectWorkers:
                 signalled=state.signalled,
                 reason=state.reason,
                 last_step=state.last_step,
+                resumed_from=state.resumed_from,
                 source="object",
             )
         missing = [label for label in expected_workers(spec) if label not in seen]
@@ -481,9 +482,12 @@ def _claim(decision: Decision, world: World, run: RunRecord, seen: Seen, write: 
 def _start(decision: Decision, world: World, run: RunRecord, seen: Seen, write: Write) -> None:
     zone = decision.zones[0]
     incarnation = seen.slices[zone].incarnation
+    fleet = world.fleet(zone, incarnation)
+    if decision.workers:
+        fleet = fleet.only([t for t in fleet.targets if t.label in decision.workers])
     crash.point("start the job")
     try:
-        result = world.jobs.deliver_and_start(world.fleet(zone, incarnation), world.spec)
+        result = world.jobs.deliver_and_start(fleet, world.spec)
     except TpuctlError as error:
         world.forget()
         write(
@@ -507,10 +511,14 @@ def _start(decision: Decision, world: World, run: RunRecord, seen: Seen, write: 
             workers=[w.target.label for w in failed],
         )
         return
+    said = f"{world.slices.name}: job delivered and started on {len(result)} workers"
+    if decision.workers:
+        said = f"{decision.message}: started on {len(result)}"
     write(
         "job.started",
-        f"{world.slices.name}: job delivered and started on {len(result)} workers",
+        said,
         workers=len(result),
+        only=list(decision.workers) or None,
         recovering=run.recovering,
         incarnation=incarnation,
         zone=zone,
