@@ -220,3 +220,79 @@ def test_a_second_up_says_who_babysits_the_run_and_a_patient_one_takes_over(
     assert patient.returncode == 0, output
     assert "waiting for 'tpuctl up" in output
     assert "the run is done; nothing was done" in output  # it took over a finished run
+
+
+def _up_of(project: Any, name: str, command: str, *, max_failures: int = 0) -> Path:
+    """A spec of one v4-8 running `command`, its checkpoint dir under the test's tmp_path."""
+    return project.write_spec(
+        {
+            "name": name,
+            "tpu": {"accelerator": "v4-8", "runtime": "tpu-ubuntu2204-base"},
+            "capacity": {"tier": "spot"},
+            "checkpoint": {"dir": str(project.tmp_path / f"ckpt-{name}")},
+            "job": {"command": command},
+            "recovery": {"max_preemptions": 1, "max_failures": max_failures},
+        }
+    )
+
+
+def _run_up(project: Any, spec: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tpuctl", "up", str(spec), *FAST_UP, *extra],
+        env=project.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_a_short_job_with_side_effects_runs_once_under_up(project: Any) -> None:
+    """The boot starts the job; it ends at once; up's delivery must not run it again."""
+    counter = project.tmp_path / "counter"
+    name = f"once-{project.name[-8:]}"
+    spec = _up_of(project, name, f"echo ran >>{counter}")
+    done = _run_up(project, spec)
+    assert done.returncode == 0, done.stderr
+    assert counter.read_text() == "ran\n", done.stderr
+    assert not project.qr_exists(name)
+
+
+def test_a_failing_job_s_last_lines_outlive_its_workers(project: Any) -> None:
+    """up gives up on a job that fails (no budget left) and deletes its workers: their last
+    log lines are in up's own output, in the journal and beside it, after the QR is gone."""
+    name = f"fails-{project.name[-8:]}"
+    spec = _up_of(
+        project, name, "echo 'epoch 1: loss nan'; echo 'out of memory on HBM' >&2; exit 3"
+    )
+    done = _run_up(project, spec)
+    assert done.returncode == 3, done.stderr
+    assert "out of memory on HBM" in done.stderr, done.stderr
+    assert "tpuctl report" in done.stderr
+    assert not project.qr_exists(name)
+    record = project.tmp_path / f"ckpt-{name}" / "tpuctl" / name
+    kept = (record / "logs" / "0-0.log").read_text()
+    assert "epoch 1: loss nan" in kept and "out of memory on HBM" in kept
+    from tpuctl.spec.load import load_spec
+    from tpuctl.storage.journal import Journal
+
+    [logs] = Journal(load_spec(str(spec)).spec).entries(kind="job.logs")
+    assert "out of memory on HBM" in logs.fields["tails"]["0/0"]
+
+
+def test_a_preempted_job_that_just_exits_0_is_seen_to_its_end_and_deleted(
+    make_job: Callable[..., Job],
+) -> None:
+    """A trainer with no conventions (no marker, no target step) preempted by a drill under
+    up: up recovers it, sees it exit 0 undisturbed, deletes the QR and says so all along."""
+    # Its checkpoints in the spec's checkpoint.dir: the drill sees its progress there.
+    job = make_job(steps=240, slices=1, accelerator="v4-8", conventionless=True, elsewhere=False)
+    job.start_up()
+    job.wait_running()
+    outcome = job.cli("drill", str(job.spec), "--kind", "preempt", "--external-recovery",
+                      "--timeout", "120")  # fmt: skip
+    assert outcome.exit_code == 0, outcome.stderr
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "recovery 1 of" in log and "every worker of every slice exited 0" in log, log
+    assert not job.qr_exists()

@@ -47,6 +47,7 @@ STATE_STALE_AFTER = 180.0
 SECOND = timedelta(seconds=1)
 LOG_TAIL_LINES = 20  # lines of each worker's log in the journal
 LOG_KEEP_LINES = 200  # lines of each worker's log kept beside it
+LOG_SHOWN_LINES = 5  # lines of each of the first two failed workers' logs said at a give-up
 LOG_TAIL_WORKERS = 8  # the journal keeps the tails of this many workers (the failed first)
 
 
@@ -620,10 +621,21 @@ def _keep_logs(world: World, seen: Seen, write: Write) -> None:
     chosen = [*failed, *(label for label in tails if label not in failed)][:LOG_TAIL_WORKERS]
     kept = {label: _last_lines(tails[label], LOG_TAIL_LINES) for label in chosen if label in tails}
     reasons = {w.label: w.reason for w in seen.workers if w.reason}
+    shown = [
+        f"  [{label}] {line}"
+        for label in (failed or chosen)[:2]
+        if label in kept
+        for line in kept[label].splitlines()[-LOG_SHOWN_LINES:]
+    ]
     write(
         "job.logs",
         f"{world.slices.name}: kept the last lines of {len(tails)} workers' logs"
-        + (f" in {where}" if where else ""),
+        + (f" in {where}" if where else "")
+        + (
+            " (tpuctl report SPEC shows them); the last of them:\n" + "\n".join(shown)
+            if shown
+            else ""
+        ),
         tails=kept,
         reasons=reasons or None,
         where=where,
