@@ -95,4 +95,5 @@ def test_a_budget_of_zero_still_gets_one_attempt_of_the_per_call_timeout(
     with pytest.raises(ApiUnavailableError):
         api.get_queued_resource("job")
     [(_arrival, remaining)] = fake.attempts
-    assert 0.5 < remaining <= 1.0
+    # gRPC carries the deadline rounded up to its timer's resolution: a few ms over 1 s.
+    assert 0.5 < remaining <= 1.05

@@ -20,8 +20,8 @@ from tests.emulator.helpers import (
 )
 from tpuctl.emulator.client.testing import EmulatorProcess
 
-# It loads the machine's two cores for seconds: it runs alone (scripts/test's serial group).
-pytestmark = [pytest.mark.emulator, pytest.mark.slow, pytest.mark.serial]
+# It measures no time (scripts/bench/emulator.py does): it runs beside the other tests.
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 
 def test_1024_workers_reach_active(emulator: EmulatorProcess) -> None:

@@ -18,9 +18,9 @@ from tests.support import child_environment
 from tpuctl.emulator.vms import vm
 from tpuctl.emulator.vms.workers import WorkerInfo, WorkerPlane
 
-# It starts emulators of its own (servers, worker VMs): an emulator test; 1,024 SSH servers
-# load both cores, so it runs alone (scripts/test's serial group).
-pytestmark = [pytest.mark.emulator, pytest.mark.serial]
+# It starts emulators of its own (servers, worker VMs): an emulator test. It measures no time
+# (scripts/bench does), so it runs beside the other tests.
+pytestmark = pytest.mark.emulator
 
 SLICES = 64
 VMS_PER_SLICE = 16

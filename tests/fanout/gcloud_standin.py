@@ -1,10 +1,10 @@
 """A stand-in for `gcloud` in tests: only `compute start-iap-tunnel INSTANCE PORT
 --listen-on-stdin --project P --zone Z [--verbosity V]`, doing what IAP does for it.
 
-It finds the worker whose `hostname` guest attribute is INSTANCE through the TPU API of the
-emulator at $TPU_EMULATOR_HOST (the unmodified google-cloud-tpu client, as gcloud would ask
-Compute Engine), connects to its internal IP and PORT from an address in the emulated IAP range
-(127.235.240.0/20, which the emulator's firewall admits), and pumps bytes between its stdin
+It finds the worker whose `hostname` guest attribute is INSTANCE through the emulator's REST
+API at $CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU (as gcloud would ask Compute Engine), connects to
+its internal IP and PORT from an address in the emulated IAP range (127.235.240.0/20, which
+the emulator's firewall admits), and pumps bytes between its stdin
 and stdout and that connection until either side ends. Errors go to stderr the way gcloud
 prints them, with exit 1.
 
@@ -65,21 +65,29 @@ def _fail(message: str) -> int:
 
 
 def _worker_address(instance: str, project: str, zone: str) -> str | None:
-    import grpc
-    from google.cloud import tpu_v2alpha1
-    from google.cloud.tpu_v2alpha1.services.tpu.transports import TpuGrpcTransport
+    """The internal IP of the worker whose `hostname` guest attribute is `instance`, asked of
+    the emulator's REST face with the standard library (as gcloud asks Compute Engine): one
+    stand-in starts per connection, and loading a Cloud client library in each would cost far
+    more than the lookup."""
+    import urllib.request
 
-    channel = grpc.insecure_channel(os.environ["TPU_EMULATOR_HOST"])
-    client = tpu_v2alpha1.TpuClient(transport=TpuGrpcTransport(channel=channel))
-    try:
-        for node in client.list_nodes(parent=f"projects/{project}/locations/{zone}"):
-            attributes = client.get_guest_attributes(request={"name": node.name})
-            for worker, values in enumerate(attributes.guest_attributes):
-                for item in values.query_value.items:
-                    if item.key == "hostname" and item.value == instance:
-                        return str(node.network_endpoints[worker].ip_address)
-    finally:
-        channel.close()
+    base = os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU"].rstrip("/")
+    parent = f"{base}/v2alpha1/projects/{project}/locations/{zone}"
+
+    def call(url: str, body: bytes | None = None) -> dict[str, object]:
+        request = urllib.request.Request(url, data=body, method="POST" if body else "GET")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            document: dict[str, object] = json.loads(answer.read())
+        return document
+
+    nodes = call(f"{parent}/nodes").get("nodes") or []
+    for node in nodes if isinstance(nodes, list) else []:
+        attributes = call(f"{base}/v2alpha1/{node['name']}:getGuestAttributes", b"{}")
+        for worker, values in enumerate(attributes.get("guestAttributes") or []):  # type: ignore[arg-type]
+            for item in values.get("queryValue", {}).get("items", []):
+                if item.get("key") == "hostname" and item.get("value") == instance:
+                    return str(node["networkEndpoints"][worker]["ipAddress"])
     return None
 
 

@@ -173,7 +173,6 @@ PEAK_RSS = (
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a peak-memory measure: alone, with the cores to itself
 def test_download_all_streams_128_mib_from_each_worker_in_flat_memory(
     tpuctl: Project, qr: QR, tmp_path: Path
 ) -> None:

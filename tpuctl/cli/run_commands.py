@@ -120,6 +120,7 @@ def _supervised(
     no_preflight: bool,
     tuning: dict[str, Any],
     delete_kept: bool,
+    over_ssh: bool,
 ) -> Supervised:
     from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import FanoutJobOps, StorageJobRecord
@@ -142,7 +143,7 @@ def _supervised(
     options = up_options(spec, resume_hint=command, zones=run_zones, **tuning)
     store = RunStore(spec, location.project, location.zone)
     jobs = FanoutJobOps()
-    states = worker_states_dir(spec)
+    states = None if over_ssh else worker_states_dir(spec)
     clock = Clock()
     world = World(
         spec=spec,
@@ -236,6 +237,7 @@ def up(
         no_preflight=no_preflight,
         tuning=tuning,
         delete_kept=True,
+        over_ssh=False,
     )
     with interrupts() as stop_flag:
         supervisor = Supervisor(
@@ -256,6 +258,14 @@ def up(
 @spec_argument
 @set_option
 @click.option(
+    "--read-workers",
+    type=click.Choice(["auto", "ssh"]),
+    default="auto",
+    show_default=True,
+    help="How the workers' jobs are read: auto (their state objects beside the journal, SSH "
+    "only where one is missing or stale) or ssh (every worker over SSH).",
+)
+@click.option(
     "--step-deadline",
     type=DURATION,
     default=60.0,
@@ -274,6 +284,7 @@ def reconcile(
     impersonate: str | None,
     no_preflight: bool,
     step_deadline: float,
+    read_workers: str,
     **tuning: Any,
 ) -> None:
     """One supervision step for SPEC's run: observe, decide, act once, record, exit.
@@ -310,6 +321,7 @@ def reconcile(
         no_preflight=no_preflight,
         tuning=tuning,
         delete_kept=False,
+        over_ssh=read_workers == "ssh",
     )
     with interrupts():
         result = reconcile_once(
