@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.fake_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures for every folder)
 from tests.harness import Project, project_in
@@ -21,6 +22,13 @@ from tests.support import AMBIENT, OFFLINE
 
 if TYPE_CHECKING:  # grpc is imported only by sessions that use the emulator
     from tpuctl.emulator.client.testing import EmulatorProcess
+
+# Property tests share the machine with emulators and SSH servers: an example that takes long
+# under load is no failure (their deadline is for code that is slow everywhere).
+settings.register_profile(
+    "tpuctl", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("tpuctl")
 
 # The session emulator: 20x faster than Cloud TPU, a 60 s autocheckpoint grace (3 s real).
 EMULATOR_SPEED = "20"

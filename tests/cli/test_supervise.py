@@ -323,7 +323,32 @@ def test_the_kubernetes_manifests_pass_kubernetes_validate(
 
 
 @functools.cache
+def gcloud_tree() -> dict[str, Any] | None:
+    """The installed gcloud's own tree of commands and flags (the one its shell completion
+    reads, data/cli/gcloud_completions.py), or None when this SDK ships none."""
+    import runpy
+
+    gcloud = shutil.which("gcloud")
+    if gcloud is None:
+        return None
+    table = Path(gcloud).resolve().parents[1] / "data" / "cli" / "gcloud_completions.py"
+    if not table.is_file():
+        return None
+    tree: dict[str, Any] = runpy.run_path(str(table))["STATIC_COMPLETION_CLI_TREE"]
+    return tree
+
+
+@functools.cache
 def gcloud_help(path: tuple[str, ...], config: str) -> str:
+    """What gcloud knows of the flags of `path`: from its own command tree (a lookup), else
+    from `gcloud PATH --help` (a second of CPU per command)."""
+    tree = gcloud_tree()
+    if tree is not None:
+        node, flags = tree, set(tree.get("flags", {}))
+        for word in path:
+            node = node["commands"][word]
+            flags |= set(node.get("flags", {}))
+        return "\n".join(sorted(flags))
     env = {
         **os.environ,
         "CLOUDSDK_CONFIG": config,
