@@ -182,7 +182,7 @@ metadata() {
 termination_epoch() {
   local base=${METADATA_URL%/attributes}/scheduling key text
   for key in termination-time termination-timestamp; do
-    text=$(curl -fsS --connect-timeout 3 --max-time 10 -H 'Metadata-Flavor: Google' \
+    text=$(curl -fsS --connect-timeout 2 --max-time 5 -H 'Metadata-Flavor: Google' \
       "$base/$key" 2>/dev/null) || continue
     date -u -d "$text" +%s 2>/dev/null && return 0
   done
@@ -783,8 +783,9 @@ supervise() {
   done
   # 127: the status was collected by the wait a late signal interrupted.
   if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
+  # The watcher holds no lock: it is not waited for (its metadata read may take seconds).
   kill "$heartbeat_pid" "$run_end_pid" 2>/dev/null
-  wait "$heartbeat_pid" "$run_end_pid" 2>/dev/null
+  wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
   read_last_step
   # With target_step, the checkpoints say whether the job has finished: record it for good.
