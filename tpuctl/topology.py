@@ -58,6 +58,24 @@ _TYPE_ALIASES = {
 }
 MAX_SLICES = 256
 
+# What the Cloud TPU API lists of the newest generations (the v5e, v6e and v5p pages of the
+# Cloud TPU documentation, read 2025-09): v5e and v6e come in these shapes only; a v5p slice
+# is at most 16x16x24 (6,144 chips, 96 cubes: v5p-12288), shapes below a cube (64 chips) are
+# the listed ones and from a cube up every dimension is a multiple of 4 (whole cubes).
+LISTED_TOPOLOGIES: dict[str, tuple[str, ...]] = {
+    "v5e": ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    "v6e": ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"),
+    "v5p": ("2x2x1", "2x2x2", "2x2x4", "2x4x4"),
+}
+V5P_MAX_CHIPS = 6144
+CUBE_CHIPS = 64
+# TPU7x (Ironwood) names people write: the Cloud TPU API does not offer it.
+_IRONWOOD = ("tpu7x", "ironwood", "v7x", "tpu7")
+IRONWOOD_WHY = (
+    "TPU7x (Ironwood) is offered only through Compute Engine and GKE, not the Cloud TPU API"
+)
+IRONWOOD_FIX = "set tpu.api: compute (TPU VMs as Compute Engine instances), or use GKE"
+
 
 def known_families() -> str:
     """Human list of accepted forms, for error messages."""
@@ -98,6 +116,8 @@ def parse_accelerator(text: str) -> Accelerator:
     """`"v4-16"` or `"v5litepod-16"` → Accelerator; AcceleratorError when unknown."""
     prefix, dash, number = text.strip().lower().rpartition("-")
     family = _BY_PREFIX.get(prefix) if dash else None
+    if family is None and prefix in _IRONWOOD:
+        raise AcceleratorError(f"{IRONWOOD_WHY} (which offers {_api_families()})")
     if family is None or not number.isdigit():
         raise AcceleratorError(
             f"unknown accelerator type {quoted(text)}; known families: {known_families()}"
@@ -109,12 +129,61 @@ def parse_accelerator(text: str) -> Accelerator:
             f"valid sizes: {_describe_sizes(family)}"
         )
     chips = size // 2 if family.counts_cores else size
+    _check_listed(family, chips, None)
     return _build(family, chips)
+
+
+def _sorted_dims(shape: str) -> tuple[int, ...]:
+    """A shape's dimensions in order (4x2 and 2x4 are the same shape, turned)."""
+    return tuple(sorted(int(part) for part in shape.split("x")))
+
+
+def _api_families() -> str:
+    return ", ".join(family.generation for family in FAMILIES)
+
+
+def _check_listed(family: Family, chips: int, topology: str | None) -> None:
+    """The shape is one the Cloud TPU API offers (LISTED_TOPOLOGIES, V5P_MAX_CHIPS)."""
+    listed = LISTED_TOPOLOGIES.get(family.generation)
+    if listed is None:
+        return
+    if family.generation == "v5p":
+        size = f"v5p-{chips * 2}"
+        if chips > V5P_MAX_CHIPS:
+            raise AcceleratorError(
+                f"{quoted(size)} is larger than the largest v5p slice, 16x16x24 "
+                f"(v5p-{V5P_MAX_CHIPS * 2}); more chips are several slices (tpu.slices)"
+            )
+        if topology is None:
+            if chips < CUBE_CHIPS and default_topology(family, chips) not in listed:
+                raise AcceleratorError(
+                    f"{quoted(size)} is not a v5p slice the API offers; below a cube (64 chips) "
+                    "it offers v5p-8, v5p-16, v5p-32 and v5p-64"
+                )
+            return
+        dims = [int(part) for part in topology.split("x")]
+        cube_multiple = all(dim % 4 == 0 for dim in dims)
+        shapes = {_sorted_dims(each) for each in listed}
+        if _sorted_dims(topology) not in shapes and (chips < CUBE_CHIPS or not cube_multiple):
+            raise AcceleratorError(
+                f"topology {quoted(topology)} is not a v5p shape the API offers: "
+                f"{', '.join(listed)}, or whole cubes (every dimension a multiple of 4, "
+                "e.g. 4x4x8)"
+            )
+        return
+    shape = topology or default_topology(family, chips)
+    if _sorted_dims(shape) not in {_sorted_dims(each) for each in listed}:
+        raise AcceleratorError(
+            f"topology {quoted(shape)} is not a {family.generation} shape the API offers: "
+            + ", ".join(listed)
+        )
 
 
 def from_type_topology(type_name: str, topology: str) -> Accelerator:
     """`type: v5litepod` + `topology: 4x4` → Accelerator (the accelerator_config form)."""
     family = _TYPE_ALIASES.get(type_name.strip().lower())
+    if family is None and type_name.strip().lower() in _IRONWOOD:
+        raise AcceleratorError(f"{IRONWOOD_WHY} (which offers {_api_families()})")
     if family is None:
         raise AcceleratorError(
             f"unknown TPU type {quoted(type_name)}; known types: "
@@ -136,7 +205,9 @@ def from_type_topology(type_name: str, topology: str) -> Accelerator:
         raise AcceleratorError(
             f"topology {quoted(topology)} gives {chips} chips, not a {family.generation} slice size"
         )
-    return _build(family, chips, topology="x".join(str(d) for d in dims))
+    shape = "x".join(str(d) for d in dims)
+    _check_listed(family, chips, shape)
+    return _build(family, chips, topology=shape)
 
 
 def _build(family: Family, chips: int, topology: str | None = None) -> Accelerator:

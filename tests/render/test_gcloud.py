@@ -52,7 +52,8 @@ def test_multislice_reserved_with_job() -> None:
         "--node-count=2",
         "--node-prefix=ms",
         "--reserved",
-        f"--reservation=projects/{PROJECT}/locations/{ZONE}/reservations/res",
+        # gcloud expands a bare name to this project and zone, and drops a whole one.
+        "--reservation=res",
         "--valid-until-duration=6h",
         "--network=net",
         "--subnetwork=sub",

@@ -251,7 +251,7 @@ CASES: dict[str, Case] = {
         "capacity.reservation",
         8,
         16,
-        "a reservation needs the reserved tier, not spot",
+        "a reservation needs the reserved or reservation-bound tier, not spot",
         "set capacity.tier: reserved",
     ),
     "bad-valid-until": Case(

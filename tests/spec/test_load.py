@@ -84,7 +84,9 @@ def test_brief_example_reports_its_inconsistency() -> None:
         load_spec(DATA / "reference-example.yaml")
     reservation, parallelism = info.value.errors  # both, in file order
     assert reservation.path == "capacity.reservation"
-    assert "a reservation needs the reserved tier, not spot" in reservation.message
+    assert "a reservation needs the reserved or reservation-bound tier, not spot" in (
+        reservation.message
+    )
     assert parallelism.path == "job.parallelism.ici"
     assert "multiply to 4 (fsdp 4), but there are 8 chips" in parallelism.message
 

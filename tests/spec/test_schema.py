@@ -30,7 +30,10 @@ def _errors(value: Any) -> list[tuple[str, str]]:
 
 def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     for part in path.split("."):
-        schema = schema["properties"][part]
+        name, items, _ = part.partition("[]")
+        schema = schema["properties"][name]
+        if items:  # an item of a list of sections
+            schema = schema["items"]
     return schema
 
 
@@ -135,7 +138,10 @@ def test_reference_markdown_has_a_row_per_key() -> None:
     assert lines[0] == "| Key | Type | Default | Description |"
     rows = {line.split("|")[1].strip().strip("`") for line in lines[2:]}
     assert rows == {path for path, _ in walk_fields()}
-    assert "| `capacity.tier` | `spot` \\| `reserved` \\| `on-demand` \\| `best-effort` |" in text
+    assert (
+        "| `capacity.tier` | `spot` \\| `reserved` \\| `on-demand` \\| `best-effort` \\| "
+        "`flex-start` \\| `reservation-bound` |" in text
+    )
     assert "| `job.run_name` | string | the spec's name |" in text
     assert (
         "| `job.command` | string (a shell line) or list of strings (an argv) | required in `job` |"

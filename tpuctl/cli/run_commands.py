@@ -82,6 +82,14 @@ def supervision_options(func: F) -> F:
             default=False,
             help="At a deadline, keep the queued resource (default: delete it).",
         ),
+        click.option(
+            "--prefer-cheapest",
+            is_flag=True,
+            default=False,
+            help="On a capacity ladder (capacity.fallback): every new bring-up, after a "
+            "preemption or the end of a flex-start run, starts from the first (cheapest) rung "
+            "again instead of staying on the rung that ran.",
+        ),
         no_preflight_option,
         worker_ssh_options,
         project_zone_options,
@@ -127,6 +135,7 @@ def _supervised(
     from tpuctl.jobs.reconcile.store import RunStore
     from tpuctl.jobs.reconcile.world import ObjectWorkers, SshWorkers, TpuSlices, World
     from tpuctl.jobs.up import policy_of, up_options
+    from tpuctl.spec.ladder import rung_specs
     from tpuctl.worker import worker_states_dir
 
     overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
@@ -147,7 +156,9 @@ def _supervised(
     clock = Clock()
     world = World(
         spec=spec,
-        slices=TpuSlices(api, spec, fleet_factory(app, api, spec.name, settings)),
+        slices=TpuSlices(
+            api, spec, fleet_factory(app, api, spec.name, settings), rungs=rung_specs(spec)
+        ),
         jobs=jobs,
         record=StorageJobRecord(spec),
         workers=ObjectWorkers(states, jobs, clock) if states else SshWorkers(jobs),

@@ -147,6 +147,15 @@ def render(
     help="Seconds one training step takes: intervals and lost work also in steps.",
 )
 @click.option(
+    "--prices",
+    "prices_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="TPUCTL_PRICES",
+    help="A YAML or JSON file of dollars per chip-hour, {generation: {tier: price}}, laid "
+    "over tpuctl's table of public list prices (on-demand and reserved, US regions).",
+)
+@click.option(
     "--online",
     is_flag=True,
     default=False,
@@ -166,13 +175,16 @@ def plan(
     save_seconds: float | None,
     restart_seconds: float,
     step_seconds: float | None,
+    prices_file: str | None,
     online: bool,
     overrides: tuple[str, ...],
 ) -> None:
     """Slices, VMs, chips, the parallelism check, DCN batch, and the checkpoint arithmetic:
-    Young's and Daly's intervals, and periodic against continuous checkpointing."""
+    Young's and Daly's intervals, and periodic against continuous checkpointing; each
+    capacity rung's price per hour, and for flex-start how many runs the job needs."""
     from tpuctl.cli.views.spec import plan_view
     from tpuctl.plan import make_plan
+    from tpuctl.plan.prices import load_prices
 
     spec = _load(spec_path, overrides).spec
     bucket = None
@@ -201,6 +213,7 @@ def plan(
         restart_seconds=restart_seconds,
         step_seconds=step_seconds,
         bucket=bucket,
+        prices=load_prices(prices_file),
     )
     for warning in result.warnings:
         _warn(warning)

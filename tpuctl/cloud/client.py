@@ -17,10 +17,15 @@ from tpuctl.errors import (
     NotFoundError,
     ResourceExhaustedError,
     TpuctlError,
+    UsageError,
 )
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 RETRY_ENV = "TPUCTL_API_RETRY_SECONDS"
+# grpc (google-cloud-tpu) or rest (the REST API): the transport of every queued-resource and
+# node call; a request carrying fields only REST has goes over REST whatever this says.
+TRANSPORT_ENV = "TPUCTL_TPU_TRANSPORT"
+TRANSPORTS = ("grpc", "rest")
 DEFAULT_RETRY_SECONDS = 60.0
 DEFAULT_RPC_TIMEOUT = 30.0
 
@@ -140,11 +145,15 @@ def _login_hint() -> str:
 
 
 def make_tpu_client(
-    *, impersonate: str | None = None, environ: Mapping[str, str] | None = None
+    *,
+    impersonate: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    credentials: Any = None,
 ) -> Any:
     """A v2alpha1 TpuClient: insecure gRPC to TPU_EMULATOR_HOST, else the real endpoint."""
     env = os.environ if environ is None else environ
-    credentials = load_credentials(impersonate=impersonate, environ=env)
+    if credentials is None:
+        credentials = load_credentials(impersonate=impersonate, environ=env)
     from google.cloud import tpu_v2alpha1
 
     host = env.get(EMULATOR_ENV)
@@ -350,7 +359,12 @@ class CallBudget:
 class TpuApi:
     """The calls tpuctl makes, with retries, timeouts and error mapping applied uniformly.
 
-    `client` is a `tpu_v2alpha1.TpuClient` (typed Any: the generated client has no stubs).
+    `client` is a `tpu_v2alpha1.TpuClient` (typed Any: the generated client has no stubs);
+    `rest` the REST face with the same methods (tpuctl.cloud.rest.RestTpuClient), None where
+    it cannot be reached (the emulator without its REST endpoint). Queued-resource and node
+    calls go over `transport`; a create whose request carries fields only REST has goes over
+    REST, and `over_rest()` is the same API reading over REST (what only REST answers:
+    a flex-start run's termination time, …).
     """
 
     client: Any
@@ -360,6 +374,29 @@ class TpuApi:
     # Told (a line for people) when a call has kept failing for a few seconds.
     on_retry: Callable[[str], None] | None = None
     impersonate: str | None = None  # the service account acted as, for the other APIs
+    rest: Any = None
+    transport: str = "grpc"
+
+    def _rest_client(self, why: str) -> Any:
+        if self.rest is None:
+            from tpuctl.cloud.rest import ENDPOINT_ENV
+
+            raise TpuctlError(
+                f"{why}, and the REST API cannot be reached: {ENDPOINT_ENV} is unset while "
+                f"{EMULATOR_ENV} points at an emulator",
+                hint="export what `tpuctl emulator env` prints (its REST endpoint too)",
+            )
+        return self.rest
+
+    def _calls(self) -> Any:
+        """The client queued-resource and node calls go through."""
+        if self.transport == "rest":
+            return self._rest_client(f"{TRANSPORT_ENV}=rest asks for the REST API")
+        return self.client
+
+    def over_rest(self) -> TpuApi:
+        """The same API, its queued-resource and node calls over REST."""
+        return replace(self, transport="rest")
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:
         return None if self.on_retry is None else RetryNotice(self.on_retry, what, self.retry_total)
@@ -415,7 +452,7 @@ class TpuApi:
     def get_queued_resource(self, queued_resource_id: str) -> Any:
         name = self.qr_name(queued_resource_id)
         with api_errors("get", name):
-            return self.client.get_queued_resource(
+            return self._calls().get_queued_resource(
                 name=name, retry=self._read_retry(f"reading {name}"), timeout=self.timeout
             )
 
@@ -429,7 +466,7 @@ class TpuApi:
     def list_queued_resources(self) -> list[Any]:
         parent = self.location.parent
         with api_errors("list queued resources in", parent):
-            pager = self.client.list_queued_resources(
+            pager = self._calls().list_queued_resources(
                 parent=parent,
                 retry=self._read_retry(f"listing queued resources in {parent}"),
                 timeout=self.timeout,
@@ -437,10 +474,19 @@ class TpuApi:
             return list(pager)
 
     def create_queued_resource(self, request: Any) -> Any:
-        """Send a create; every retry carries the request's one request_id (no duplicates)."""
+        """Send a create; every retry carries the request's one request_id (no duplicates).
+        `request`: tpuctl's rendered request (tpuctl.render.request), over REST when it
+        carries fields only REST has, or a CreateQueuedResourceRequest message."""
         name = f"{request.parent}/queuedResources/{request.queued_resource_id}"
+        if getattr(request, "needs_rest", False):
+            fields = ", ".join(sorted(_leaves(request.rest_only)))
+            client = self._rest_client(f"{name} asks for what only REST carries ({fields})")
+        else:
+            client = self._calls()
+            if client is self.client:
+                request = getattr(request, "grpc", request)
         with api_errors("create", name):
-            return self.client.create_queued_resource(
+            return client.create_queued_resource(
                 request=request,
                 retry=self._write_retry(f"creating {name}"),
                 timeout=self.timeout,
@@ -456,7 +502,7 @@ class TpuApi:
             name=name, force=force, request_id=request_id or ""
         )
         with api_errors("delete", name):
-            return self.client.delete_queued_resource(
+            return self._calls().delete_queued_resource(
                 request=request,
                 retry=self._write_retry(f"deleting {name}"),
                 timeout=self.timeout,
@@ -465,14 +511,14 @@ class TpuApi:
     def reset_queued_resource(self, queued_resource_id: str) -> Any:
         name = self.qr_name(queued_resource_id)
         with api_errors("reset", name):
-            return self.client.reset_queued_resource(
+            return self._calls().reset_queued_resource(
                 name=name, retry=self._write_retry(f"resetting {name}"), timeout=self.timeout
             )
 
     def list_nodes(self) -> list[Any]:
         parent = self.location.parent
         with api_errors("list nodes in", parent):
-            pager = self.client.list_nodes(
+            pager = self._calls().list_nodes(
                 parent=parent,
                 retry=self._read_retry(f"listing nodes in {parent}"),
                 timeout=self.timeout,
@@ -483,7 +529,7 @@ class TpuApi:
         """The node, or None when it does not exist (yet, or any more)."""
         try:
             with api_errors("get", node_name):
-                return self.client.get_node(
+                return self._calls().get_node(
                     name=node_name,
                     retry=self._read_retry(f"reading {node_name}"),
                     timeout=self.timeout,
@@ -563,8 +609,39 @@ def connect(
     environ: Mapping[str, str] | None = None,
 ) -> TpuApi:
     """A ready TpuApi for a resolved location (credentials are loaded here, once)."""
+    from tpuctl.cloud.rest import ENDPOINT_ENV, RestTpuClient
+
     env = os.environ if environ is None else environ
-    client = make_tpu_client(impersonate=impersonate, environ=env)
+    credentials = load_credentials(impersonate=impersonate, environ=env)
+    client = make_tpu_client(impersonate=impersonate, environ=env, credentials=credentials)
+    # The emulator's REST face is where `tpuctl emulator env` says; without that, none.
+    reachable = not is_emulator(env) or bool(env.get(ENDPOINT_ENV))
+    rest = RestTpuClient.connect(credentials, env) if reachable else None
     return TpuApi(
-        client=client, location=location, retry_total=retry_seconds(env), impersonate=impersonate
+        client=client,
+        location=location,
+        retry_total=retry_seconds(env),
+        impersonate=impersonate,
+        rest=rest,
+        transport=transport_of(env),
     )
+
+
+def transport_of(environ: Mapping[str, str]) -> str:
+    """TPUCTL_TPU_TRANSPORT (grpc or rest); grpc when unset."""
+    chosen = environ.get(TRANSPORT_ENV, "").strip().lower() or "grpc"
+    if chosen not in TRANSPORTS:
+        raise UsageError(
+            f"{TRANSPORT_ENV}={chosen!r} is not a transport tpuctl has",
+            hint=f"set it to {' or '.join(TRANSPORTS)}, or unset it (grpc)",
+        )
+    return chosen
+
+
+def _leaves(tree: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the values in a JSON tree (`run_duration.max_run_duration`)."""
+    if isinstance(tree, dict):
+        return [leaf for key, value in tree.items() for leaf in _leaves(value, f"{prefix}{key}.")]
+    if isinstance(tree, list):
+        return [leaf for item in tree for leaf in _leaves(item, prefix)]
+    return [prefix.rstrip(".")]

@@ -61,8 +61,23 @@ def timestamp(value: Any) -> datetime | None:
     return datetime.fromtimestamp(seconds, timezone.utc)
 
 
+# provisioningModel (read over REST) → tpuctl's tier; STANDARD leaves it to the tier fields.
+_MODEL_TIERS = {
+    "FLEX_START": "flex-start",
+    "RESERVATION_BOUND": "reservation-bound",
+    "SPOT": "spot",
+}
+
+
 def tier_of(queued_resource: Any) -> str:
-    """spot | reserved | guaranteed | best-effort | on-demand (no tier field set)."""
+    """spot | reserved | guaranteed | best-effort | flex-start | reservation-bound |
+    on-demand (no tier field set). Over gRPC a flex-start or reservation-bound queued
+    resource reads as on-demand: only REST carries its provisioning model."""
+    from tpuctl.cloud.rest import rest_field
+
+    model = rest_field(queued_resource, "provisioningModel")
+    if model in _MODEL_TIERS:
+        return _MODEL_TIERS[model]
     message = type(queued_resource).pb(queued_resource)
     which = message.WhichOneof("tier")
     if which == "spot":
@@ -103,6 +118,21 @@ def template_of(queued_resource: Any) -> Template:
         labels=dict(node.labels),
         node_ids=node_ids,
     )
+
+
+def termination_time(queued_resource: Any) -> datetime | None:
+    """When the service takes the queued resource's nodes back (a flex-start run's end, a
+    reservation window's), read over REST; None when it has none or was read over gRPC."""
+    from tpuctl.clock import parse_rfc3339
+
+    text = rest_field_of(queued_resource, "runDuration", "terminationTime")
+    return parse_rfc3339(text) if isinstance(text, str) else None
+
+
+def rest_field_of(message: Any, *path: str) -> Any:
+    from tpuctl.cloud.rest import rest_field
+
+    return rest_field(message, *path)
 
 
 def failure_of(queued_resource: Any) -> dict[str, Any] | None:

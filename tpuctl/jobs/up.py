@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tpuctl.clock import Clock
 from tpuctl.envelope import Result
-from tpuctl.errors import ApiUnavailableError, Interrupted, TpuctlError
+from tpuctl.errors import ApiUnavailableError, Interrupted, TpuctlError, UsageError
 from tpuctl.jobs.reconcile.decide import (
     DONE,
     FINISH,
@@ -77,6 +77,9 @@ class UpOptions:
     wait_for_lease: bool = False  # another supervisor holds the run: wait for it
     # The zones to queue in, tried as the spec's zone_policy says; empty: the spec's.
     zones: tuple[str, ...] = ()
+    # On a capacity ladder, every new bring-up (after a preemption or a run's end) starts
+    # from the first rung again.
+    prefer_cheapest: bool = False
 
 
 def up_options(
@@ -99,7 +102,16 @@ def policy_of(
 ) -> Policy:
     """What a decision needs of the spec and the options (tpuctl reconcile uses the same,
     with `delete_kept` False: what a person kept stays)."""
+    from tpuctl.spec.ladder import rung_names, rung_specs
+
     recovery = spec.recovery
+    own_zones = {rung.zones for rung in rung_specs(spec)}
+    if len(own_zones) > 1:
+        raise UsageError(
+            f"{spec.name}: the rungs of capacity.fallback queue in different zones, and a "
+            "supervised run queues every rung in the same zones",
+            hint="give the zones once, in capacity.zones, and none in the rungs",
+        )
     return Policy(
         name=spec.name,
         zones=tuple(options.zones or spec.zones or (default_zone,)),
@@ -118,6 +130,8 @@ def policy_of(
         start_attempts=options.start_attempts,
         poll=options.poll if options.poll is not None else 6.0,
         job_check_every=options.job_check_every,
+        rungs=rung_names(spec),
+        prefer_cheapest=options.prefer_cheapest,
     )
 
 

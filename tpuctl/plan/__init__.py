@@ -4,6 +4,7 @@ arithmetic is tpuctl.plan.checkpoints, the bucket's placement tpuctl.plan.bucket
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import ClassVar
@@ -22,6 +23,7 @@ from tpuctl.plan.checkpoints import (
     waste_fraction,
     young_interval,
 )
+from tpuctl.plan.prices import PRICES, RungPrice, RunsPlan, rung_price, runs_needed
 from tpuctl.spec.model import Spec
 from tpuctl.topology import Accelerator, from_type_topology, mesh_product, parse_accelerator
 
@@ -35,6 +37,8 @@ __all__ = [
     "DcnArithmetic",
     "ParallelismCheck",
     "Plan",
+    "RungPrice",
+    "RunsPlan",
     "accelerator_of",
     "check_parallelism",
     "checkpoint_plan",
@@ -117,6 +121,10 @@ class Plan(Result):
     bucket: BucketPlacement | None = None
     notes: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    # What each rung of the capacity ladder (or the one tier) costs an hour.
+    capacity: tuple[RungPrice, ...] = field(default=())
+    # A flex-start job with a target step and a step time: how many runs it needs.
+    runs: RunsPlan | None = None
 
 
 def accelerator_of(spec: Spec) -> Accelerator:
@@ -135,6 +143,7 @@ def make_plan(
     restart_seconds: float = DEFAULT_RESTART_SECONDS,
     step_seconds: float | None = None,
     bucket: BucketPlacement | None = None,
+    prices: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
     """Pure arithmetic over a loaded spec; `mtbf` is the job's unless `mtbf_per_host`.
     `bucket` is what `plan --online` found about the checkpoint bucket, if anything."""
@@ -181,6 +190,15 @@ def make_plan(
     elif bucket is None and (spec.checkpoint.dir or "").startswith("gs://"):
         notes.append("the checkpoint bucket's location was not checked (plan --online)")
 
+    capacity, runs = _capacity_plan(
+        spec,
+        accelerator=accelerator,
+        chips=totals["chips"],
+        prices=prices or PRICES,
+        step_seconds=step_seconds,
+        restart_seconds=restart_seconds,
+        notes=notes,
+    )
     return Plan(
         name=spec.name,
         accelerator=accelerator.accelerator_type,
@@ -200,7 +218,52 @@ def make_plan(
         bucket=bucket,
         notes=tuple(notes),
         warnings=tuple(warnings),
+        capacity=capacity,
+        runs=runs,
     )
+
+
+def _capacity_plan(
+    spec: Spec,
+    *,
+    accelerator: Accelerator,
+    chips: int,
+    prices: Mapping[str, Mapping[str, float]],
+    step_seconds: float | None,
+    restart_seconds: float,
+    notes: list[str],
+) -> tuple[tuple[RungPrice, ...], RunsPlan | None]:
+    from tpuctl.spec.ladder import rung_names, rung_specs
+    from tpuctl.worker import AUTOCHECKPOINT_GRACE_SECONDS
+
+    rungs = rung_specs(spec)
+    names = rung_names(spec) or (spec.capacity.tier,)
+    priced = tuple(
+        rung_price(name, rung.capacity.tier, accelerator.generation, chips, prices)
+        for name, rung in zip(names, rungs, strict=True)
+    )
+    if any(price.chip_hour is None for price in priced):
+        notes.append(
+            "the price table has no price for some tiers here (plan --prices FILE gives them)"
+        )
+    flex = next((rung for rung in rungs if rung.capacity.tier == "flex-start"), None)
+    if flex is None or flex.capacity.max_run_duration is None:
+        return priced, None
+    target = spec.job.target_step if spec.job is not None else None
+    if target is None or step_seconds is None:
+        notes.append(
+            "flex-start: give job.target_step and --step-seconds for the number of runs the "
+            "job needs"
+        )
+        return priced, None
+    runs = runs_needed(
+        target_step=target,
+        step_seconds=step_seconds,
+        max_run_seconds=flex.capacity.max_run_duration.total_seconds(),
+        lead_seconds=AUTOCHECKPOINT_GRACE_SECONDS,
+        restart_seconds=restart_seconds,
+    )
+    return priced, runs
 
 
 def check_parallelism(

@@ -49,6 +49,9 @@ umask 022
 VM_ROOT="${TPUCTL_VM_ROOT:-}"
 METADATA_URL="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance/attributes"
 HEARTBEAT_SECONDS="${TPUCTL_HEARTBEAT_SECONDS:-10}"
+# How long before the platform takes the VM back (a flex-start run's end) the trainer is
+# stopped: the grace Autocheckpoint gives before maintenance.
+RUN_END_LEAD_SECONDS=$GRACE_SECONDS
 TPUCTL_DIR="$VM_ROOT$STATE_ROOT"
 STATE_DIR="$TPUCTL_DIR/$RUN_NAME"
 LOG_DIR="$VM_ROOT$LOG_ROOT/$RUN_NAME"
@@ -179,6 +182,20 @@ fail_setup() {
 metadata() {
   curl -fsS --retry 5 --retry-delay 1 --retry-connrefused --connect-timeout 3 --max-time 10 \
     -H 'Metadata-Flavor: Google' "$METADATA_URL/$1"
+}
+
+# When the platform takes this VM back (a flex-start run's maximum run duration, a
+# reservation-bound window's end), as epoch seconds; fails when it will not. A Cloud TPU VM
+# serves it as instance/scheduling/termination-time, a Compute Engine one as
+# termination-timestamp: whichever exists.
+termination_epoch() {
+  local base=${METADATA_URL%/attributes}/scheduling key text
+  for key in termination-time termination-timestamp; do
+    text=$(curl -fsS --connect-timeout 2 --max-time 5 -H 'Metadata-Flavor: Google' \
+      "$base/$key" 2>/dev/null) || continue
+    date -u -d "$text" +%s 2>/dev/null && return 0
+  done
+  return 1
 }
 
 # tpu-env holds lines like `MEGASCALE_SLICE_ID: '1'`.
@@ -669,10 +686,35 @@ settle_done_state() {
   esac
 }
 
+# The end of the run, ahead of time: the supervisor is sent the SIGTERM it forwards to the
+# trainer (the one Autocheckpoint gives), RUN_END_LEAD_SECONDS before the platform takes the
+# VM back, so the trainer's save commits first. The time is read again every minute (a
+# reservation's window can move); an emulated VM's lead is scaled by TPUCTL_EMULATOR_SPEED
+# (its metadata serves real time), a real VM has none.
+watch_run_end() {
+  local supervisor=$1 end now lead wake speed=${TPUCTL_EMULATOR_SPEED:-1}
+  lead=$(awk -v lead="$RUN_END_LEAD_SECONDS" -v speed="$speed" \
+    'BEGIN { if (speed + 0 <= 0) speed = 1; printf "%d", lead / speed + 0.5 }')
+  end=$(termination_epoch) || return 0
+  log "the platform takes this VM back at $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ): the" \
+    "trainer gets SIGTERM ${lead}s before"
+  while kill -0 "$supervisor" 2>/dev/null; do
+    now=$(date +%s)
+    if ((now >= end - lead)); then
+      log "the run ends in $((end - now))s: stopping the trainer so it saves first"
+      kill -s TERM "$supervisor" 2>/dev/null
+      return 0
+    fi
+    wake=$((end - lead - now))
+    sleep "$((wake < 60 ? wake : 60))"
+    end=$(termination_epoch) || return 0
+  done
+}
+
 supervise() {
   set +e
   LOG_TO_STDERR=0 # stderr is the boot log already
-  local supervisor=$BASHPID heartbeat_pid rc previous="" launcher
+  local supervisor=$BASHPID heartbeat_pid run_end_pid rc previous="" launcher
   SIGNALLED=0
   if [[ -n $UNIT ]]; then
     start_unit </dev/null >>"$BOOT_LOG" 2>&1 9>&- &
@@ -737,6 +779,8 @@ supervise() {
     done
   ) 9>&- &
   heartbeat_pid=$!
+  watch_run_end "$supervisor" 9>&- &
+  run_end_pid=$!
   # A trapped signal makes `wait` return early while the trainer still runs: wait again. No
   # deadline of our own: the grace period is the platform's.
   while :; do
@@ -748,7 +792,8 @@ supervise() {
   done
   # 127: the status was collected by the wait a late signal interrupted.
   if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
-  kill "$heartbeat_pid" 2>/dev/null
+  # The watcher holds no lock: it is not waited for (its metadata read may take seconds).
+  kill "$heartbeat_pid" "$run_end_pid" 2>/dev/null
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
   read_last_step

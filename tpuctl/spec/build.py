@@ -23,18 +23,25 @@ from tpuctl.spec.frameworks import (
     preset_flags,
 )
 from tpuctl.spec.model import (
+    RESERVATION_TIERS,
+    TIERS,
+    BootDiskSpec,
     CapacitySpec,
     CheckpointSpec,
+    DataDiskSpec,
     DeadlinesSpec,
     JobSpec,
     ParallelismSpec,
     RecoverySpec,
+    RungSpec,
     Spec,
     Tier,
     TpuSpec,
 )
 from tpuctl.spec.yamlsource import join_path
 from tpuctl.topology import (
+    IRONWOOD_FIX,
+    IRONWOOD_WHY,
     Accelerator,
     AcceleratorError,
     from_type_topology,
@@ -50,6 +57,12 @@ _TIER_FLAGS = (
     ("best_effort", "best-effort"),
 )
 
+
+# flex-start's maximum run duration (runDuration.maxRunDuration), as the service bounds it.
+MIN_RUN_DURATION = timedelta(minutes=10)
+MAX_RUN_DURATION = timedelta(days=7)
+# The generations Cloud TPU offers flex-start for.
+FLEX_START_GENERATIONS = ("v5e", "v6e")
 
 _CODE_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 # job.env names that hold a secret, by the words people use for them.
@@ -170,6 +183,12 @@ class Builder:
                 )
 
         self._attempt(across_fields, {"capacity", "job", "checkpoint", "tpu"}, wrong)
+
+        def capacity_for_tpu() -> None:
+            assert capacity is not None and built is not None
+            self.check_capacity_for(capacity, built[1])
+
+        self._attempt(capacity_for_tpu, {"capacity", "tpu"}, wrong)
         self.checker.raise_recorded()
         assert built is not None and checkpoint is not None and capacity is not None
         return Spec(
@@ -218,8 +237,14 @@ class Builder:
             if "accelerator" in tpu:
                 path = "tpu.accelerator"
             else:
-                path = "tpu.type" if str(exc).startswith("unknown TPU type") else "tpu.topology"
-            raise self.error(str(exc), path, "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8") from None
+                unknown = str(exc).startswith(("unknown TPU type", IRONWOOD_WHY))
+                path = "tpu.type" if unknown else "tpu.topology"
+            hint = (
+                IRONWOOD_FIX
+                if str(exc).startswith(IRONWOOD_WHY)
+                else "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8"
+            )
+            raise self.error(str(exc), path, hint) from None
         slices: int = tpu["slices"]
         if slices > 1 and not accelerator.supports_multislice:
             raise self.error(
@@ -245,8 +270,47 @@ class Builder:
             scopes=tpu["scopes"],
             metadata=tpu["metadata"],
             description=tpu["description"],
+            **self.node_settings(tpu, slices),
         )
         return spec, accelerator
+
+    def node_settings(self, tpu: Values, slices: int) -> dict[str, Any]:
+        """The boot disk, data disks, secure boot and the multislice workload type."""
+        settings: dict[str, Any] = {"secure_boot": tpu["secure_boot"]}
+        if "boot_disk" in tpu:
+            disk = tpu.section("boot_disk")
+            if disk["confidential_compute"] and disk["kms_key"] is None:
+                raise self.error(
+                    "a confidential-compute boot disk needs a customer-managed key",
+                    "tpu.boot_disk.confidential_compute",
+                    "add kms_key: projects/P/locations/L/keyRings/R/cryptoKeys/K",
+                )
+            settings["boot_disk"] = BootDiskSpec(
+                size_gb=disk["size_gb"],
+                image=disk["image"],
+                kms_key=disk["kms_key"],
+                confidential_compute=disk["confidential_compute"],
+            )
+        disks = tuple(
+            DataDiskSpec(source=item["source"], mode=item.get("mode")) for item in tpu["data_disks"]
+        )
+        for index, data_disk in enumerate(disks):
+            name = _disk_name(data_disk.source)
+            if any(name == _disk_name(other.source) for other in disks[:index]):
+                raise self.error(
+                    f"{data_disk.source} is attached twice",
+                    f"tpu.data_disks[{index}].source",
+                    "attach each disk once",
+                )
+        settings["data_disks"] = disks
+        if tpu["workload_type"] is not None and slices < 2:
+            raise self.error(
+                "a workload type places the slices of a multislice request: it needs slices > 1",
+                "tpu.workload_type",
+                "remove it, or ask for several slices",
+            )
+        settings["workload_type"] = tpu["workload_type"]
+        return settings
 
     def capacity(self, capacity: Values) -> CapacitySpec:
         chosen: list[tuple[str, str]] = []  # (tier, the key that asked for it)
@@ -261,7 +325,7 @@ class Builder:
                     f"two capacity tiers: {chosen[0][1]} asks for {chosen[0][0]}, "
                     f"{path} for {tier}",
                     path,
-                    "keep one: tier: spot | reserved | on-demand | best-effort",
+                    "keep one: tier: " + " | ".join(TIERS),
                 )
         tier = cast(Tier, chosen[0][0] if chosen else capacity["tier"])
         for key, flag_tier in _TIER_FLAGS:
@@ -271,12 +335,14 @@ class Builder:
                     f"capacity.{key}",
                     f"remove capacity.{key}",
                 )
-        if "reservation" in capacity and tier != "reserved":
-            raise self.error(
-                f"a reservation needs the reserved tier, not {tier}",
-                "capacity.reservation",
-                "set capacity.tier: reserved, or remove reservation",
-            )
+        fallback = self.fallback(capacity, chosen)
+        if fallback:
+            first = fallback[0]
+            tier = first.tier
+            reservation, max_run = _rung_needs(first, capacity)
+        else:
+            reservation, max_run = capacity["reservation"], capacity["max_run_duration"]
+            self.check_tier(tier, reservation, max_run, "capacity")
         until, after = capacity["valid_until"], capacity["valid_after"]
         if self.now is not None and isinstance(until, datetime) and until <= self.now:
             ago = format_duration((self.now - until).total_seconds())
@@ -309,12 +375,107 @@ class Builder:
                 )
         return CapacitySpec(
             tier=tier,
-            reservation=capacity["reservation"],
+            reservation=reservation,
             valid_until=until,
             valid_after=after,
+            max_run_duration=max_run,
             zones=zones,
             zone_policy=capacity["zone_policy"],
+            fallback=fallback,
         )
+
+    def check_tier(
+        self, tier: str, reservation: str | None, max_run: timedelta | None, path: str
+    ) -> None:
+        """What a tier needs and allows: flex-start a maximum run duration, the reservation
+        tiers a reservation, and nothing else either."""
+        where = "capacity" if path == "capacity" else path
+        if tier == "flex-start" and max_run is None:
+            raise self.error(
+                "a flex-start run lasts a limited time: flex-start needs max_run_duration",
+                f"{path}.tier",
+                f"add `max_run_duration: 1d` under `{where}` (10m to 7d)",
+            )
+        if max_run is not None and tier != "flex-start":
+            raise self.error(
+                f"max_run_duration is flex-start's (the service takes the run back then), "
+                f"not {tier}'s",
+                f"{path}.max_run_duration",
+                "remove it, or set tier: flex-start",
+            )
+        if max_run is not None and not MIN_RUN_DURATION <= max_run <= MAX_RUN_DURATION:
+            raise self.error(
+                f"{format_duration(max_run.total_seconds())} is not a run duration the service "
+                "takes (10m to 7d)",
+                f"{path}.max_run_duration",
+                "give a duration from 10m to 7d",
+            )
+        if tier == "reservation-bound" and reservation is None:
+            raise self.error(
+                "a reservation-bound run runs in a reservation's window: it needs reservation",
+                f"{path}.tier",
+                f"add `reservation: NAME` under `{where}` (a calendar-mode reservation)",
+            )
+        if reservation is not None and tier not in RESERVATION_TIERS:
+            raise self.error(
+                f"a reservation needs the reserved or reservation-bound tier, not {tier}",
+                f"{path}.reservation",
+                f"set {path}.tier: reserved or reservation-bound, or remove {path}.reservation",
+            )
+
+    def fallback(self, capacity: Values, chosen: list[tuple[str, str]]) -> tuple[RungSpec, ...]:
+        """capacity.fallback: each rung checked as a tier is, the first one the capacity's."""
+        items: list[dict[str, Any]] = capacity["fallback"] or []
+        if "fallback" in capacity and not items:
+            raise self.error(
+                "an empty capacity ladder", "capacity.fallback", "give its rungs, or remove it"
+            )
+        if items and chosen and chosen[0][0] != items[0]["tier"]:
+            raise self.error(
+                f"{chosen[0][1]} asks for {chosen[0][0]}, but the ladder's first rung is "
+                f"{items[0]['tier']}",
+                chosen[0][1],
+                f"remove {chosen[0][1]}: with capacity.fallback the first rung is the tier",
+            )
+        rungs: list[RungSpec] = []
+        for index, item in enumerate(items):
+            path = f"capacity.fallback[{index}]"
+            rung = RungSpec(
+                tier=cast(Tier, item["tier"]),
+                max_run_duration=item.get("max_run_duration"),
+                reservation=item.get("reservation"),
+                zones=tuple(item.get("zones") or ()),
+            )
+            reservation, max_run = _rung_needs(rung, capacity)
+            self.check_tier(rung.tier, reservation, max_run, path)
+            if "zones" in item and not rung.zones:
+                raise self.error(
+                    "an empty list of zones", f"{path}.zones", "give zones, or remove the key"
+                )
+            if rung in rungs:
+                raise self.error(
+                    f"rung {index + 1} repeats rung {rungs.index(rung) + 1}",
+                    path,
+                    "list each rung once",
+                )
+            rungs.append(rung)
+        return tuple(rungs)
+
+    def check_capacity_for(self, capacity: CapacitySpec, accelerator: Accelerator) -> None:
+        """flex-start only for the generations Cloud TPU offers it for."""
+        tiers = [
+            (f"capacity.fallback[{index}].tier", rung.tier)
+            for index, rung in enumerate(capacity.fallback)
+        ] or [("capacity.tier", capacity.tier)]
+        for path, tier in tiers:
+            if tier == "flex-start" and accelerator.generation not in FLEX_START_GENERATIONS:
+                raise self.error(
+                    f"Cloud TPU offers flex-start for {' and '.join(FLEX_START_GENERATIONS)}, "
+                    f"not {accelerator.generation}",
+                    path,
+                    "use a v5e or v6e accelerator, or another tier (spot waits for capacity "
+                    "too, with preemptions)",
+                )
 
     def zone(self, values: Values, capacity: CapacitySpec) -> str | None:
         """The spec's one zone: `zone`, or the first of capacity.zones (never both)."""
@@ -513,6 +674,22 @@ class Builder:
                 "job.parallelism.dcn.tensor",
             )
         return ParallelismSpec(ici=ici, dcn=dcn)
+
+
+def _rung_needs(rung: RungSpec, capacity: Values) -> tuple[str | None, timedelta | None]:
+    """A rung's reservation and maximum run duration: its own, else the capacity's where its
+    tier takes one."""
+    reservation = rung.reservation
+    if reservation is None and rung.tier in RESERVATION_TIERS:
+        reservation = capacity["reservation"]
+    max_run = rung.max_run_duration
+    if max_run is None and rung.tier == "flex-start":
+        max_run = capacity["max_run_duration"]
+    return reservation, max_run
+
+
+def _disk_name(source: str) -> str:
+    return source.rsplit("/", 1)[-1]
 
 
 def resolve_local(code: str, source: str) -> Path:

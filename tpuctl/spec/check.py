@@ -149,7 +149,7 @@ class Checker:
         )
 
     def _no_value(self, child: Field, path: str) -> SpecError:
-        if child.kind == "section":
+        if child.kind in ("section", "sections"):
             hint = "give its keys, or leave the key out"
         elif child.default not in (None, [], {}) or child.default_doc:
             default = child.default_doc or json.dumps(child.default).strip('"')
@@ -197,6 +197,8 @@ class Checker:
         kind = field.kind
         if kind == "section":
             return self.section(field, value, path)
+        if kind == "sections":
+            return self.sections(field, value, path)
         if kind == "str":
             return self.string(field, value, path)
         if kind == "int":
@@ -223,6 +225,26 @@ class Checker:
                 'e.g. command: python3 train.py, or command: ["python3", "train.py"]',
             )
         return self.string_map(field, value, path)
+
+    def sections(self, field: Field, value: object, path: str) -> list[dict[str, Any]]:
+        """A list of mappings, each checked against the field's children."""
+        if not isinstance(value, list):
+            example = ", ".join(f"{child.name}: …" for child in field.children if child.required)
+            raise self.error(
+                f"expected a list of mappings, got {describe_value(value)}",
+                path,
+                f"write one `- {example}` line per item",
+            )
+        before = len(self.errors)
+        items: list[dict[str, Any]] = []
+        for index, item in enumerate(value):
+            try:
+                items.append(self.section(field, item, f"{path}[{index}]"))
+            except SpecError as error:
+                self.record(error)
+        if len(self.errors) > before:
+            raise _Recorded
+        return items
 
     def string(self, field: Field, value: object, path: str) -> str:
         if not isinstance(value, str):

@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tpuctl.spec.model import API_VERSION, FRAMEWORKS, TIERS, ZONE_POLICIES
+from tpuctl.spec.model import (
+    API_VERSION,
+    DISK_MODES,
+    FRAMEWORKS,
+    TIERS,
+    WORKLOAD_TYPES,
+    ZONE_POLICIES,
+)
 from tpuctl.topology import MAX_SLICES, MESH_AXES
 from tpuctl.worker import ENV_NAME_PATTERN, RESERVED_LABELS, RUN_NAME_PATTERN
 
@@ -14,7 +21,8 @@ from tpuctl.worker import ENV_NAME_PATTERN, RESERVED_LABELS, RUN_NAME_PATTERN
 # time_bound: a duration or an RFC 3339 time · str_list: list of strings
 # commands: one string or a list of strings (each a command) · command: one shell line, or a
 # list of strings (an argv) · str_map: mapping of strings (numbers are
-# stringified, bools are refused) · section: a nested mapping described by `children`
+# stringified, bools are refused) · section: a nested mapping described by `children` ·
+# sections: a list of such mappings
 Kind = Literal[
     "str",
     "int",
@@ -26,6 +34,7 @@ Kind = Literal[
     "command",
     "str_map",
     "section",
+    "sections",
 ]
 
 # GCE resource names (node ids, network tags): lowercase, start with a letter, no trailing dash.
@@ -49,6 +58,10 @@ PROJECT_RULE = (
 # Compute zones: <region>-<letter>, the region a continent, a direction and a number.
 ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
 ZONE_RULE = "a zone name such as us-central2-b or europe-west4-a: a region, a hyphen, a letter"
+KMS_KEY_PATTERN = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$"
+DISK_PATTERN = r"^([a-z]([-a-z0-9]*[a-z0-9])?|projects/[^/]+/zones/[^/]+/disks/[^/]+)$"
+RESERVATION_PATTERN = r"^([A-Za-z0-9-]+|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
+RESERVATION_RULE = "a reservation name, or projects/P/locations/ZONE/reservations/NAME"
 
 
 @dataclass(frozen=True)
@@ -188,14 +201,92 @@ TPU_FIELDS = (
         example={"my-key": "my-value"},
     ),
     Field("description", "str", "Free text description of the nodes."),
+    Field(
+        "boot_disk",
+        "section",
+        "The boot disk of every TPU VM (the API's bootDiskConfig). size_gb and image are "
+        "sent over the REST API (google-cloud-tpu lacks them, and gcloud has no flag for them).",
+        children=(
+            Field(
+                "size_gb",
+                "int",
+                "Boot disk size in GB (the service's default when not given).",
+                minimum=10,
+                maximum=65536,
+                example=200,
+            ),
+            Field(
+                "image",
+                "str",
+                "Boot disk image (projects/P/global/images/NAME); the runtime version's "
+                "when not given.",
+                example="projects/my-project/global/images/my-tpu-image",
+            ),
+            Field(
+                "kms_key",
+                "str",
+                "Cloud KMS key that encrypts the boot disk (customer-managed encryption).",
+                pattern=KMS_KEY_PATTERN,
+                rule="projects/P/locations/L/keyRings/R/cryptoKeys/K",
+                example="projects/my-project/locations/us-east5/keyRings/ring/cryptoKeys/key",
+            ),
+            Field(
+                "confidential_compute",
+                "bool",
+                "Create the boot disk in confidential-compute mode (Hyperdisk; needs kms_key).",
+                default=False,
+            ),
+        ),
+    ),
+    Field(
+        "data_disks",
+        "sections",
+        "Persistent disks attached to every TPU VM of every slice, in order (the API's "
+        "dataDisks). A disk attached read-write can serve one VM only.",
+        default=[],
+        children=(
+            Field(
+                "source",
+                "str",
+                "The disk: a name in the TPU's zone, or projects/P/zones/ZONE/disks/NAME.",
+                required=True,
+                pattern=DISK_PATTERN,
+                rule="a disk name (lowercase letters, digits and hyphens) or "
+                "projects/P/zones/ZONE/disks/NAME",
+                example="my-dataset",
+            ),
+            Field(
+                "mode",
+                "str",
+                "How it is attached: read-write or read-only.",
+                default_doc="read-write (the service's default: not sent)",
+                enum=DISK_MODES,
+            ),
+        ),
+    ),
+    Field(
+        "secure_boot",
+        "bool",
+        "Shielded VM secure boot on every TPU VM (shieldedInstanceConfig.enableSecureBoot).",
+        default=False,
+    ),
+    Field(
+        "workload_type",
+        "str",
+        "Multislice placement (slices > 1): throughput-optimized or availability-optimized "
+        "(multiNodeParams.workloadType); the service's default when not given.",
+        enum=WORKLOAD_TYPES,
+    ),
 )
 
 CAPACITY_FIELDS = (
     Field(
         "tier",
         "str",
-        "Capacity tier: spot, reserved, on-demand or best-effort. The gcloud-style booleans "
-        "below are accepted instead; give only one.",
+        "Capacity tier: spot, reserved, on-demand, best-effort, flex-start (waits for "
+        "capacity, then runs at most max_run_duration; v5e and v6e) or reservation-bound "
+        "(runs in a calendar-mode reservation's window; needs reservation). The gcloud-style "
+        "booleans below are accepted instead; give only one.",
         default="on-demand",
         enum=TIERS,
     ),
@@ -207,7 +298,9 @@ CAPACITY_FIELDS = (
         "reservation",
         "str",
         "Reservation to draw from (a name or projects/P/locations/Z/reservations/NAME); "
-        "only with the reserved tier.",
+        "with the reserved or reservation-bound tier.",
+        pattern=RESERVATION_PATTERN,
+        rule=RESERVATION_RULE,
         example="my-reservation",
     ),
     Field(
@@ -221,6 +314,14 @@ CAPACITY_FIELDS = (
         "time_bound",
         f"Do not provision before this: {_BOUND_DOC}.",
         example="10m",
+    ),
+    Field(
+        "max_run_duration",
+        "duration",
+        f"How long a flex-start run may last before the service takes it back: "
+        f"{_DURATION_DOC}, 10m to 7d (flex-start needs it; the queueing window still "
+        "applies). A job that is not done by then is resumed by a new run.",
+        example="1d",
     ),
     Field(
         "zones",
@@ -242,6 +343,41 @@ CAPACITY_FIELDS = (
         "zone claimed in checkpoint.dir, so it needs one).",
         default="sequential",
         enum=ZONE_POLICIES,
+    ),
+    Field(
+        "fallback",
+        "sections",
+        "A capacity ladder, cheapest first: `up` asks for the first rung and climbs to the "
+        "next when a rung's queueing deadline passes in every zone or its preemption budget "
+        "is spent (deleting what it leaves); up --prefer-cheapest starts each new bring-up "
+        "from the first rung again. The first rung is the capacity's own: tier then comes "
+        "from it. Each rung may change the zones and the reservation too.",
+        default=[],
+        example=[{"tier": "spot"}, {"tier": "flex-start", "max_run_duration": "1d"}],
+        children=(
+            Field("tier", "str", "The rung's capacity tier.", required=True, enum=TIERS),
+            Field(
+                "max_run_duration",
+                "duration",
+                f"flex-start's maximum run duration: {_DURATION_DOC}, 10m to 7d.",
+                example="1d",
+            ),
+            Field(
+                "reservation",
+                "str",
+                "The rung's reservation (reserved, reservation-bound); the capacity's when "
+                "not given.",
+                pattern=RESERVATION_PATTERN,
+                rule=RESERVATION_RULE,
+            ),
+            Field(
+                "zones",
+                "str_list",
+                "The rung's zones, in order of preference; the capacity's when not given.",
+                pattern=ZONE_PATTERN,
+                rule=ZONE_RULE,
+            ),
+        ),
     ),
 )
 
@@ -487,12 +623,14 @@ def walk_fields(
     for field in fields:
         path = f"{prefix}.{field.name}" if prefix else field.name
         yield path, field
-        yield from walk_fields(field.children, path)
+        yield from walk_fields(field.children, f"{path}[]" if field.kind == "sections" else path)
 
 
 def field_at(path: str) -> Field | None:
-    """The field at a dotted path (`capacity.tier`), or None."""
+    """The field at a dotted path (`capacity.tier`; an item of a list of sections as
+    `capacity.fallback[0].tier` or `capacity.fallback[].tier`), or None."""
     field: Field | None = ROOT
     for part in path.split("."):
-        field = field.child(part) if field is not None else None
+        name = part.split("[", 1)[0]
+        field = field.child(name) if field is not None else None
     return field

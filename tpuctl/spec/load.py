@@ -154,8 +154,19 @@ def spec_fingerprint(spec: Spec) -> str:
     del capacity["zones"]
     if capacity["zone_policy"] == "sequential":
         del capacity["zone_policy"]
+    # Keys added later are left out at their defaults, so older fingerprints still match.
+    for section, defaults in _LATER_DEFAULTS.items():
+        for key, default in defaults.items():
+            if content[section].get(key) == default:
+                del content[section][key]
     blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+_LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "capacity": {"max_run_duration": None, "fallback": []},
+    "tpu": {"boot_disk": None, "data_disks": [], "secure_boot": False, "workload_type": None},
+}
 
 
 def _canonical(value: Any) -> Any:

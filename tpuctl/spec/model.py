@@ -12,8 +12,23 @@ from typing import Literal
 
 API_VERSION = "tpuctl/v1"
 
-Tier = Literal["spot", "reserved", "on-demand", "best-effort"]
-TIERS: tuple[Tier, ...] = ("spot", "reserved", "on-demand", "best-effort")
+Tier = Literal["spot", "reserved", "on-demand", "best-effort", "flex-start", "reservation-bound"]
+TIERS: tuple[Tier, ...] = (
+    "spot",
+    "reserved",
+    "on-demand",
+    "best-effort",
+    "flex-start",
+    "reservation-bound",
+)
+# Tiers that draw from a named reservation.
+RESERVATION_TIERS: tuple[Tier, ...] = ("reserved", "reservation-bound")
+
+# Multislice: how the service places the slices (MultiNodeParams.workload_type).
+WorkloadType = Literal["throughput-optimized", "availability-optimized"]
+WORKLOAD_TYPES: tuple[WorkloadType, ...] = ("throughput-optimized", "availability-optimized")
+DiskMode = Literal["read-write", "read-only"]
+DISK_MODES: tuple[DiskMode, ...] = ("read-write", "read-only")
 
 Framework = Literal["maxtext", "pax", "orbax", "custom"]
 FRAMEWORKS: tuple[Framework, ...] = ("maxtext", "pax", "orbax", "custom")
@@ -24,6 +39,24 @@ ZONE_POLICIES: tuple[ZonePolicy, ...] = ("sequential", "first-active")
 
 # A queueing bound: a relative duration ("6h") or an absolute RFC 3339 time.
 TimeBound = timedelta | datetime
+
+
+@dataclass(frozen=True)
+class BootDiskSpec:
+    """The boot disk of every TPU VM (bootDiskConfig): size and image travel over REST only."""
+
+    size_gb: int | None = None
+    image: str | None = None
+    kms_key: str | None = None  # a Cloud KMS key: the disk is encrypted with it (CMEK)
+    confidential_compute: bool = False
+
+
+@dataclass(frozen=True)
+class DataDiskSpec:
+    """A persistent disk attached to every TPU VM (dataDisks)."""
+
+    source: str  # a disk name in the zone, or projects/P/zones/Z/disks/NAME
+    mode: DiskMode | None = None  # None: not sent, the service's default (read-write)
 
 
 @dataclass(frozen=True)
@@ -45,6 +78,20 @@ class TpuSpec:
     scopes: tuple[str, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
     description: str | None = None
+    boot_disk: BootDiskSpec | None = None
+    data_disks: tuple[DataDiskSpec, ...] = ()
+    secure_boot: bool = False  # shielded VM secure boot
+    workload_type: WorkloadType | None = None  # multislice only
+
+
+@dataclass(frozen=True)
+class RungSpec:
+    """One rung of a capacity ladder (capacity.fallback): what it changes of the capacity."""
+
+    tier: Tier
+    max_run_duration: timedelta | None = None
+    reservation: str | None = None
+    zones: tuple[str, ...] = ()  # empty: the capacity's own
 
 
 @dataclass(frozen=True)
@@ -53,8 +100,14 @@ class CapacitySpec:
     reservation: str | None = None  # a name, or projects/P/locations/Z/reservations/NAME
     valid_until: TimeBound | None = None
     valid_after: TimeBound | None = None
+    # How long the slices may run before the platform takes them back (flex-start's
+    # runDuration.maxRunDuration).
+    max_run_duration: timedelta | None = None
     zones: tuple[str, ...] = ()  # in order of preference; empty: the one zone of Spec.zone
     zone_policy: ZonePolicy = "sequential"
+    # A capacity ladder, first rung first (the first is this capacity's own tier): climbed
+    # when a rung finds no capacity in time or its preemption budget is spent.
+    fallback: tuple[RungSpec, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ def _field_schema(field: Field) -> dict[str, Any]:
         ]
     elif field.kind == "str_map":
         schema.update(_map_schema(field))
+    elif field.kind == "sections":
+        schema.update({"type": "array", "items": section_schema(field)})
     else:
         schema.update(section_schema(field))
     if field.enum:
@@ -136,6 +138,7 @@ _KIND_NAMES: dict[str, str] = {
     "command": "string (a shell line) or list of strings (an argv)",
     "str_map": "map of strings",
     "section": "mapping",
+    "sections": "list of mappings",
 }
 
 

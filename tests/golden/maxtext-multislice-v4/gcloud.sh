@@ -6,7 +6,7 @@ gcloud alpha compute tpus queued-resources create maxtext-v4-ms \
     --node-count=2 \
     --node-prefix=maxtext-v4-ms \
     --reserved \
-    --reservation=projects/my-project/locations/us-central2-b/reservations/my-v4-reservation \
+    --reservation=my-v4-reservation \
     --valid-until-duration=6h \
     --labels=managed-by=tpuctl,tpuctl-job=maxtext-v4-ms,tpuctl-spec-hash=41e4d8cdbc58,tpuctl-run=llama2-7b-v4-ms \
     --metadata-from-file=startup-script=startup.sh \

@@ -37,6 +37,32 @@ def rendered_view(result: Rendered, _style: Style) -> str:
     return text if result.what == "startup-script" or text.endswith("\n") else text + "\n"
 
 
+def _capacity_lines(result: Plan, style: Style) -> list[str]:
+    """Each rung's price an hour, and the flex-start runs the job needs."""
+    from tpuctl.plan.prices import PRICES_READ, PRICES_SOURCE
+
+    lines = ["", "Capacity (list prices per hour, every chip):"]
+    for price in result.capacity:
+        cost = (
+            f"${price.hour:,.2f}/h (${price.chip_hour:.2f} per chip-hour)"
+            if price.hour is not None and price.chip_hour is not None
+            else "no price in the table (plan --prices FILE)"
+        )
+        lines.append(f"  {price.rung}: {cost}")
+    lines.append(f"  prices from {PRICES_SOURCE} ({PRICES_READ}), unless --prices")
+    runs = result.runs
+    if runs is not None:
+        duration = style.duration
+        lines += [
+            "",
+            f"Flex-start runs: {runs.runs} of at most {duration(runs.max_run_seconds)} "
+            f"({duration(runs.work_seconds)} of steps; each run trains "
+            f"{duration(runs.useful_seconds)}: its stop {duration(runs.lead_seconds)} before "
+            f"the end and a restart of {duration(runs.restart_seconds)} aside)",
+        ]
+    return lines
+
+
 def plan_view(result: Plan, style: Style) -> str:
     """Sizes per slice and in total, then each check in plain words."""
     text = (
@@ -77,6 +103,7 @@ def plan_view(result: Plan, style: Style) -> str:
             table = render(MODE_COLUMNS, rows, width=width)
             lines += [f"  {line}" for line in table.splitlines()]
         lines += [f"  {note}" for note in check.notes]
+    lines += _capacity_lines(result, style)
     if result.bucket is not None:
         bucket = result.bucket
         where = bucket.location or "unknown"

@@ -94,10 +94,12 @@ class TpuSlices:
         name: str = "",
         rungs: Sequence[Spec] = (),
     ) -> None:
-        self.api = api
-        self.spec = spec
         # The spec as each rung of its capacity ladder asks for it (the first: the spec's own).
         self.rungs = list(rungs) or [spec]
+        # A rung that only REST can ask for (flex-start, reservation-bound, the boot disk's
+        # size) is read over REST too: only REST answers when its run ends.
+        self.api = api.over_rest() if any(_needs_rest(rung) for rung in self.rungs) else api
+        self.spec = spec
         self.name = name or spec.name
         self.fleet_factory = fleet_factory
 
@@ -125,6 +127,7 @@ class TpuSlices:
             failure=failure.get("message") if failure else None,
             incarnation=f"{zone}@{rfc3339(created, 'microseconds')}" if created else zone,
             created_at=created,
+            termination_time=describe.termination_time(queued_resource),
         )
 
     def disruption(self, zone: str) -> str | None:
@@ -170,6 +173,12 @@ class TpuSlices:
 
     def fleet(self, zone: str) -> Fleet:
         return self.fleet_factory(zone=zone)
+
+
+def _needs_rest(spec: Spec) -> bool:
+    from tpuctl.render.request import rest_only_fields
+
+    return bool(rest_only_fields(spec))
 
 
 class WorkerReader(Protocol):
