@@ -1077,7 +1077,13 @@ class _Decider:
             return self.make(WAIT, f"{self.name}: the job ended; settling", next_in=FAST)
         disruption = current.disruption
         end = current.termination_time
-        if disruption is None and end is not None and self._time_is_up(current, END_NEAR):
+        stopped = not all(_finished(w) for w in workers)  # a SIGTERM, or not all exited 0
+        if (
+            disruption is None
+            and end is not None
+            and stopped
+            and self._time_is_up(current, END_NEAR)
+        ):
             disruption = (
                 f"the run's time is up at {rfc3339(end)} (its maximum run duration): the job "
                 "was stopped to save before it"
