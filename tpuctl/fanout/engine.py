@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 64
 _READ = 65536
+# The last word to a session being closed (timeout, Ctrl-C) waits this long for a key exchange
+# to end rather than leave the remote command running.
+_SIGNAL_WAIT = 1.0
 FEED_CHUNK = 32768  # stdin (an upload's archive) goes out in slices of this many bytes
 # The longest partial line held for line-wise output; longer ones go out in pieces, each
 # ended by CUT_MARK (an ellipsis) so a reader sees the line was cut, not ended.
@@ -411,7 +414,7 @@ class FanOut:
                 self._service(session)  # output that arrived just in time
                 if session.done:
                     continue
-                send_signal(session.channel, "TERM")
+                send_signal(session.channel, "TERM", wait=_SIGNAL_WAIT)
                 session.result.status = "timeout"
                 session.result.error = (
                     f"still running after --timeout {self.options.timeout:g} s; sent SIGTERM "
@@ -467,7 +470,7 @@ class FanOut:
             if session.done:
                 continue
             if signal_name:
-                send_signal(session.channel, signal_name)
+                send_signal(session.channel, signal_name, wait=_SIGNAL_WAIT)
             session.result.status = "interrupted"
             session.result.error = "still running at Ctrl-C" + (
                 f"; sent SIG{signal_name} and closed the session" if signal_name else ""

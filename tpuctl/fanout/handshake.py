@@ -169,17 +169,19 @@ def close_transport(transport: paramiko.Transport) -> None:
         transport.close()
 
 
-def send_now(transport: paramiko.Transport, message: paramiko.Message) -> bool:
-    """Send `message` unless the transport is renegotiating keys; never waits.
+def send_now(transport: paramiko.Transport, message: paramiko.Message, wait: float = 0.0) -> bool:
+    """Send `message` unless the transport is renegotiating keys; waits at most `wait` s.
 
     paramiko's `_send_user_message` waits (up to 30 s) while a key exchange runs; from the
     one monitor thread that serves every worker, that would stall all of them for one. This
-    takes the same lock without blocking and sends only when the transport is clear to send;
-    False when it did not send (a rekey under way, or the connection is gone).
+    takes the same lock (without blocking by default) and sends only when the transport is
+    clear to send; False when it did not send (a rekey under way, or the connection is gone).
     """
     raw: Any = transport
     lock = raw.clear_to_send_lock
-    if not lock.acquire(blocking=False):
+    if wait > 0:
+        raw.clear_to_send.wait(wait)  # outside the lock: the transport sets it under the lock
+    if not (lock.acquire(timeout=wait) if wait > 0 else lock.acquire(blocking=False)):
         return False
     try:
         if not raw.clear_to_send.is_set() or not transport.is_active():
@@ -213,9 +215,10 @@ def send_keepalive(transport: paramiko.Transport, event: threading.Event) -> boo
     return False
 
 
-def send_signal(channel: paramiko.Channel, name: str) -> bool:
-    """RFC 4254 §6.9 "signal" request (paramiko has no API for it); best effort, never waits.
-    False when it could not be sent now (the channel is closed, or a rekey is under way)."""
+def send_signal(channel: paramiko.Channel, name: str, wait: float = 0.0) -> bool:
+    """RFC 4254 §6.9 "signal" request (paramiko has no API for it); best effort, waits at
+    most `wait` s for a rekey to end. False when it could not be sent (the channel is closed,
+    or a rekey is under way)."""
     from paramiko.common import cMSG_CHANNEL_REQUEST
     from paramiko.message import Message
 
@@ -228,4 +231,4 @@ def send_signal(channel: paramiko.Channel, name: str) -> bool:
     message.add_string("signal")
     message.add_boolean(False)
     message.add_string(name)
-    return send_now(channel.get_transport(), message)
+    return send_now(channel.get_transport(), message, wait)
