@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tpuctl.cli.context import AppContext
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.resolve import Location
-    from tpuctl.jobs.reconcile.decide import Policy
+    from tpuctl.jobs.reconcile.decision import Policy
     from tpuctl.jobs.reconcile.store import RunStore
     from tpuctl.jobs.reconcile.world import World
     from tpuctl.jobs.up import UpOptions

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from tpuctl.clock import Clock
 from tpuctl.envelope import Result
 from tpuctl.errors import ApiUnavailableError, Interrupted, TpuctlError, UsageError
-from tpuctl.jobs.reconcile.decide import (
+from tpuctl.jobs.reconcile.decision import (
     DONE,
     FINISH,
     GIVE_UP,

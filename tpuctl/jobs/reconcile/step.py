@@ -22,7 +22,8 @@ from tpuctl.errors import (
     UnreachableError,
 )
 from tpuctl.jobs.reconcile import crash
-from tpuctl.jobs.reconcile.decide import (
+from tpuctl.jobs.reconcile.decide import decide
+from tpuctl.jobs.reconcile.decision import (
     DONE,
     GIVEN_UP,
     IN_PROGRESS,
@@ -31,7 +32,6 @@ from tpuctl.jobs.reconcile.decide import (
     Decision,
     GiveUp,
     Policy,
-    decide,
     give_up_of,
 )
 from tpuctl.jobs.reconcile.record import RunRecord

@@ -18,7 +18,7 @@ from tpuctl import worker as contract
 from tpuctl.clock import Clock, rfc3339
 from tpuctl.errors import ApiUnavailableError, NotFoundError, ResourceExhaustedError, TpuctlError
 from tpuctl.jobs.reconcile import crash
-from tpuctl.jobs.reconcile.decide import (
+from tpuctl.jobs.reconcile.decision import (
     CLAIM,
     CREATE,
     DELETE,
