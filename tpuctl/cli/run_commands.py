@@ -59,6 +59,7 @@ RECORDED_OPTIONS = (
     "queue_timeout",
     "provision_timeout",
     "keep_on_timeout",
+    "no_preflight",
     *WORKER_SSH_KEYS,
 )
 # Runs `tpuctl reconcile --all` steps side by side.
@@ -155,7 +156,10 @@ def _supervised(
     by: str,
 ) -> Supervised:
     """A run from the spec at `spec_path` and the command line; its run.json (written at the
-    run's start) keeps the spec's text and the options given."""
+    run's start, and when a person's `up` takes it on) keeps the spec's text and the options
+    given. A scheduler's step (`by` reconcile) takes the options the run keeps for those not
+    given on its own command line, so it supervises the run as the person who started it
+    asked (`tpuctl up --keep --detach`, then `tpuctl reconcile SPEC` from cron)."""
     every = with_zones(overrides, one_of_zone_zones(zone, zones))
     loaded = load_spec_loaded(app, spec_path, every, creating=True)
     if loaded.spec.job is None:
@@ -168,12 +172,13 @@ def _supervised(
         project=project,
         zone=zone,
         impersonate=impersonate,
-        no_preflight=no_preflight,
-        tuning=tuning,
+        tuning={**tuning, "no_preflight": no_preflight},
         delete_kept=delete_kept,
         command=up_command(spec_path, every, project, zone),
         by=by,
-        recorded=given_options(),
+        given=given_options(),
+        record_run=True,
+        inherited=None if by == "reconcile" else {},
     )
 
 
@@ -186,16 +191,20 @@ def _supervise(
     project: str | None,
     zone: str | None,
     impersonate: str | None,
-    no_preflight: bool,
     tuning: dict[str, Any],
     delete_kept: bool,
     command: str,
     by: str,
-    recorded: Mapping[str, Any] | None,
+    given: Mapping[str, Any],
+    record_run: bool,
+    inherited: Mapping[str, Any] | None,
     url: str | None = None,
 ) -> Supervised:
-    """Everything a step of `loaded`'s run needs. `recorded`: the options its run.json keeps
-    (None: its run.json is not rewritten); `url`: where its record was found."""
+    """Everything a step of `loaded`'s run needs. `tuning`: the command's options (with
+    `no_preflight`); `given`: those given explicitly, which win over `inherited` (the options
+    the run keeps in its run.json; None: read them from it, if it is there). `record_run`: the
+    step keeps the run's spec, with `given`, in its run.json at the run's start; `url`: where
+    its record was found."""
     from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import FanoutJobOps, StorageJobRecord
     from tpuctl.jobs.reconcile.store import RunFile, RunStore
@@ -205,6 +214,11 @@ def _supervise(
 
     spec = loaded.spec
     location = resolve_location_for(project, zone, spec)
+    store = RunStore(spec, location.project, location.zone, url=url, by=by)
+    if inherited is None:
+        inherited = _kept_options(store)
+    tuning = {**tuning, **_inherit(inherited, given, tuning)}
+    no_preflight = bool(tuning.pop("no_preflight", False))
     api = connect_api(location, impersonate)
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
@@ -212,9 +226,8 @@ def _supervise(
     run_zones = (location.zone,) if zone else spec.zones or (location.zone,)
     options = up_options(spec, resume_hint=command, zones=run_zones, **tuning)
     policy = policy_of(spec, options, location.zone, delete_kept=delete_kept)
-    run_file = None
-    if recorded is not None:
-        run_file = RunFile(
+    if record_run:
+        store.run_file = RunFile(
             name=spec.name,
             run=spec.run_name,
             spec=loaded.text,
@@ -224,9 +237,8 @@ def _supervise(
             zones=policy.zones,
             overrides=overrides,
             variables=loaded.variables,
-            options=dict(recorded),
+            options=dict(given),
         )
-    store = RunStore(spec, location.project, location.zone, url=url, run_file=run_file, by=by)
     jobs = FanoutJobOps()
     states = worker_states_dir(spec)
     clock = Clock()
@@ -241,6 +253,31 @@ def _supervise(
         reread_every=options.job_check_every,
     )
     return Supervised(spec, location, api, world, store, policy, options, command)
+
+
+def _kept_options(store: RunStore) -> Mapping[str, Any]:
+    """The options the run keeps in its run.json ({} when it has none yet)."""
+    from tpuctl.errors import NotFoundError
+    from tpuctl.jobs.reconcile.store import read_run_file
+
+    try:
+        return read_run_file(store.storage).options
+    except NotFoundError:
+        return {}
+    except TpuctlError as error:
+        app_context().warn(f"{store.url}: {error.message}; the options given here are used")
+        return {}
+
+
+def _inherit(
+    kept: Mapping[str, Any], given: Mapping[str, Any], tuning: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The kept options this command takes: the recorded ones it has, unless given here."""
+    return {
+        key: value
+        for key, value in kept.items()
+        if key in RECORDED_OPTIONS and key in tuning and key not in given
+    }
 
 
 @click.command()
@@ -622,8 +659,6 @@ def _step_found(
         run_file = read_run_file(open_location(found.url))
         name = run_file.name
         loaded = load_found(app, found.url, run_file)
-        options = {key: value for key, value in run_file.options.items() if key in tuning}
-        options.update(given)
         multizone = len(run_file.zones) > 1
         run = _supervise(
             app,
@@ -633,12 +668,13 @@ def _step_found(
             project=run_file.project,
             zone=None if multizone else (run_file.zones or (run_file.zone,))[0],
             impersonate=impersonate,
-            no_preflight=no_preflight,
-            tuning={**tuning, **options},
+            tuning={**tuning, "no_preflight": no_preflight},
             delete_kept=False,
             command=command,
             by="reconcile",
-            recorded=None,
+            given=given,
+            record_run=False,
+            inherited=run_file.options,
             url=found.url,
         )
         return reconcile_once(
