@@ -50,7 +50,11 @@ def test_reconcile_all_steps_every_run_under_a_prefix_each_from_its_own_spec(
     # The run's own spec, as written, beside its record: the variable's name, not its value.
     kept = json.loads((_record(second) / "run.json").read_text())
     assert kept["spec"] == text and kept["variables"] == ["TOY_STEPS"]
-    assert kept["source"] == str(second.spec) and kept["options"] == {"keep": True, "settle": 2.0}
+    assert kept["source"] == str(second.spec) and kept["options"] == {
+        "keep": True,
+        "settle": 2.0,
+        "no_preflight": True,
+    }
     assert (kept["name"], kept["zones"]) == (second.name, ["us-central2-b"])
 
     # Found by their queued resources too: the record's location is in the nodes' metadata.

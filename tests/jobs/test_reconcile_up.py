@@ -615,3 +615,34 @@ def test_the_store_folds_only_what_its_snapshot_has_not_seen(tmp_path: object) -
     assert len(reads) == 1 and len(reads[0]) == 1  # only the entry the snapshot had not folded
     (base / "ckpt" / "tpuctl" / "job" / "state.json").write_text("{not json")
     assert RunStore(job_spec, "p", "z").load().preempted == ["z@1"]  # the journal is the truth
+
+
+def test_detach_hands_over_once_the_job_runs_and_deletes_nothing() -> None:
+    run = Run(options=dataclasses.replace(FAST, detach=True))
+    result = run.run()
+    assert result.outcome == "detached" and not result.already and not result.deleted
+    assert "the job runs (2 running); handed over" in (result.message or "")
+    zone = run.qr.zone("z")
+    assert (zone.state, zone.creates, zone.deletes) == ("ACTIVE", 1, 0)
+    assert run.jobs.delivered == 1 and "job.running" in run.journal.kinds
+    assert run.journal.kinds[-1] == "up.exit" and "run.done" not in run.journal.kinds
+    # The scheduler's first step takes it on where up left it: no second start.
+    again = Run(store=run.journal, slices=run.qr, jobs=run.jobs, time=run.time)
+    again.time.at(again.time.t + 5, lambda: setattr(again.record, "done", True))
+    assert again.run().outcome == "done" and run.jobs.delivered == 1
+
+
+def test_the_run_s_spec_is_kept_at_its_start_and_at_a_person_s_up() -> None:
+    """`begin` (run.json) before the run's first entry; again when a person's up takes the
+    run on; never at a scheduler's later steps."""
+    from tpuctl.jobs.reconcile.step import run_step
+
+    run = Run()
+    world = run.world()
+    policy = policy_of(run.spec, FAST, "z")
+    first = run_step(world, run.journal, policy)
+    assert run.journal.begun == 1 and first.said[0].kind == "run.start"
+    run_step(world, run.journal, policy)
+    assert run.journal.begun == 1
+    run_step(world, run.journal, policy, new_attempt=True)  # up on a run under way
+    assert run.journal.begun == 2 and run.journal.kinds.count("run.start") == 1
