@@ -138,3 +138,27 @@ def test_a_record_without_run_json_is_still_a_row(tmp_path: Path) -> None:
     row = run_row(FoundRun(str(record)), now=NOW)
     assert row.name == "job" and row.error is not None and "run.json" in row.error
     assert row.unsupervised and "tpuctl supervise SPEC" in (row.advice or "")
+
+
+def test_a_found_run_s_spec_loads_again_with_this_environment_s_variables() -> None:
+    from dataclasses import replace
+
+    from tpuctl.errors import SpecError, UsageError
+    from tpuctl.jobs.reconcile.discover import load_run_spec
+
+    text = (
+        "apiVersion: tpuctl/v1\nname: job\ntpu:\n  accelerator: v4-8\n"
+        "  runtime: tpu-ubuntu2204-base\ncheckpoint:\n  dir: gs://b/${TEAM}\n"
+        "job:\n  command: train --token ${TOKEN}\n"
+    )
+    run = replace(
+        RUN, spec=text, variables=("TEAM", "TOKEN"), zones=("us-central2-b", "us-east5-a")
+    )
+    env = {"TEAM": "ml", "TOKEN": "t0"}
+    loaded = load_run_spec(run, "gs://b/ml/tpuctl/job", environ=env)
+    assert loaded.spec.zones == ("us-central2-b", "us-east5-a") and loaded.spec.tpu.slices == 2
+    assert loaded.spec.job is not None and loaded.spec.job.command == "train --token t0"
+    with pytest.raises(SpecError, match="TOKEN is not set"):
+        load_run_spec(run, "gs://b/ml/tpuctl/job", environ={"TEAM": "ml"})
+    with pytest.raises(UsageError, match="another record directory, gs://b/ops/tpuctl/job"):
+        load_run_spec(run, "gs://b/ml/tpuctl/job", environ={**env, "TEAM": "ops"})

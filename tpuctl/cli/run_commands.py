@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from tpuctl.jobs.reconcile.decide import Policy
     from tpuctl.jobs.reconcile.discover import Found, FoundRun
     from tpuctl.jobs.reconcile.step import ReconcileResult, RunError
-    from tpuctl.jobs.reconcile.store import RunFile, RunStore
+    from tpuctl.jobs.reconcile.store import RunStore
     from tpuctl.jobs.reconcile.world import World
     from tpuctl.jobs.up import UpOptions
     from tpuctl.spec.load import LoadedSpec
@@ -650,6 +650,8 @@ def _step_found(
 ) -> ReconcileResult | RunError:
     """One step of a run found by its record, from the spec its run.json keeps; what stops it
     is its own error."""
+    from tpuctl.clock import utc_now
+    from tpuctl.jobs.reconcile.discover import load_run_spec
     from tpuctl.jobs.reconcile.step import RunError, reconcile_once
     from tpuctl.jobs.reconcile.store import read_run_file
     from tpuctl.storage.locations import open_location
@@ -658,7 +660,9 @@ def _step_found(
     try:
         run_file = read_run_file(open_location(found.url))
         name = run_file.name
-        loaded = load_found(app, found.url, run_file)
+        loaded = load_run_spec(run_file, found.url, now=utc_now())
+        for warning in loaded.warnings:
+            app.warn(f"{name}: {warning}")
         multizone = len(run_file.zones) > 1
         run = _supervise(
             app,
@@ -689,35 +693,6 @@ def _step_found(
     except TpuctlError as error:
         app.warn(f"{name or found.url}: {error.one_line()}")
         return RunError.of(error, name=name, record_url=found.url)
-
-
-def load_found(app: AppContext, url: str, run_file: RunFile) -> LoadedSpec:
-    """The spec a run found at `url` keeps in its run.json, loaded here: its ${VAR}s from this
-    environment, its zones as its first step had them. A spec that now names another record
-    directory (a ${VAR} that expands differently here) is refused."""
-    from tpuctl.clock import utc_now
-    from tpuctl.jobs.reconcile.store import RUN_FILE
-    from tpuctl.spec.load import load_spec_text
-    from tpuctl.worker import record_dir
-
-    overrides = run_file.overrides
-    if len(run_file.zones) > 1:
-        overrides = with_zones(overrides, ",".join(run_file.zones))
-    loaded = load_spec_text(
-        run_file.spec, source=run_file.source, overrides=overrides, now=utc_now()
-    )
-    for warning in loaded.warnings:
-        app.warn(f"{run_file.name}: {warning}")
-    if loaded.spec.job is None:
-        raise UsageError(f"the spec in {url}/{RUN_FILE} has no job section")
-    record = record_dir(loaded.spec)
-    if record is not None and record.rstrip("/") != url.rstrip("/"):
-        raise UsageError(
-            f"the spec in {url}/{RUN_FILE} now names another record directory, {record}",
-            hint="a ${VAR} in checkpoint.dir or job.run_name expands differently here: set it "
-            f"as it was ({', '.join(run_file.variables) or 'none are named'})",
-        )
-    return loaded
 
 
 @click.command()

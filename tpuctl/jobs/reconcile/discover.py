@@ -1,6 +1,7 @@
 """Finding runs without their specs: every record directory under a checkpoint location (one
 listing of the objects called run.json), or every run tpuctl labelled in a project (its queued
-resources name their record directory in their node metadata).
+resources name their record directory in their node metadata); and the spec a found run keeps
+in its run.json, loaded again.
 
 A run is found by its queued resource only while it has one: between a preemption's delete and
 the next create, after a give-up or once done, only a listing of its checkpoint location finds
@@ -11,8 +12,9 @@ listing finds it there when this is that machine.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuctl.errors import TpuctlError
@@ -22,6 +24,8 @@ from tpuctl.worker import RECORD_DIR, RECORD_METADATA_KEY, RUN_LABEL, join_locat
 if TYPE_CHECKING:
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.zones import ZoneError
+    from tpuctl.jobs.reconcile.store import RunFile
+    from tpuctl.spec.load import LoadedSpec
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,39 @@ def runs_in_project(api: TpuApi, zones: Sequence[str]) -> Found:
                 found.runs.append(FoundRun(url, name, zone, state))
     found.runs.sort(key=lambda run: run.url)
     return found
+
+
+def load_run_spec(
+    run_file: RunFile,
+    url: str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+) -> LoadedSpec:
+    """The spec the run found at `url` keeps in its run.json, loaded here: its `${VAR}`s from
+    `environ` (this process's), its overrides, its zones as its first step had them. SpecError
+    for a variable that is not set; UsageError for a spec with no job, or one that now names
+    another record directory (a variable that expands differently here)."""
+    from tpuctl.errors import UsageError
+    from tpuctl.spec.load import load_spec_text
+    from tpuctl.worker import record_dir
+
+    overrides = run_file.overrides
+    if len(run_file.zones) > 1:
+        overrides = (*overrides, f"capacity.zones=[{', '.join(run_file.zones)}]")
+    loaded = load_spec_text(
+        run_file.spec, source=run_file.source, overrides=overrides, environ=environ, now=now
+    )
+    if loaded.spec.job is None:
+        raise UsageError(f"the spec in {url}/{RUN_FILE} has no job section")
+    record = record_dir(loaded.spec)
+    if record is not None and record.rstrip("/") != url.rstrip("/"):
+        raise UsageError(
+            f"the spec in {url}/{RUN_FILE} now names another record directory, {record}",
+            hint="a ${VAR} in checkpoint.dir or job.run_name expands differently here: set it "
+            f"as it was ({', '.join(run_file.variables) or 'none are named'})",
+        )
+    return loaded
 
 
 def _first_node(queued_resource: Any) -> Any:
