@@ -361,11 +361,10 @@ def up(
 
     \b
     Exit codes: 0 done (or with --detach, running and handed over), 1 another supervisor holds
-    the run, 2 a preflight check blocks the
-    run (see tpuctl doctor; --no-preflight skips them), 3 job failures exhausted or a crash
-    loop, 4 a queueing or provisioning deadline, 6 FAILED before ever ACTIVE, 7 preemption
-    budget exhausted, 10 the workers stayed unreachable, 11 the TPU API stayed unavailable,
-    130 interrupted.
+    the run, 2 a preflight check blocks the run (see tpuctl doctor; --no-preflight skips
+    them), 3 job failures exhausted or a crash loop, 4 a queueing or provisioning deadline,
+    6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 10 the workers stayed
+    unreachable, 11 the TPU API stayed unavailable, 130 interrupted.
     """
     from tpuctl.jobs.up import UP_STALE_AFTER, Supervisor
 
