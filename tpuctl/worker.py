@@ -125,6 +125,9 @@ JOURNAL_DIR = "journal"
 LEASE_FILE = "lease.json"  # who babysits the run (tpuctl up), renewed while it does
 ZONE_FILE = "ZONE"  # the zone a first-active run's job may run in
 WORKERS_DIR = "workers"  # each worker's job state, `<slice>-<worker>.json`, kept by its VM
+# Node metadata naming the run's record directory, so `tpuctl reconcile --all --project` and
+# `tpuctl runs --project` find a run from its queued resource.
+RECORD_METADATA_KEY = "tpuctl-record"
 
 
 def join_location(base: str, *parts: str) -> str:

@@ -16,7 +16,9 @@ from tpuctl.cli.main import COMMANDS
 DOC = Path(__file__).resolve().parents[2] / "docs" / "output.md"
 # Objects keyed by data (generations, worker labels, mesh axes, the request's proto fields):
 # only "an object whose values look like the documented ones" is checked.
-MAPS = frozenset({"capacity", "pools", "boots_before", "boots_after", "axes", "request"})
+MAPS = frozenset(
+    {"capacity", "pools", "boots_before", "boots_after", "axes", "request", "tails", "reasons"}
+)
 # Commands that print no envelope, on purpose (docs/output.md says why), or groups.
 NOT_ENVELOPES = frozenset({"spec", "emulator", "completion"})
 

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -172,14 +172,26 @@ class CronDaemon:
     # ---------------------------------------------------------------------------- inside it
 
     def run(
-        self, command: str, *, input_text: str | None = None, check: bool = True
+        self,
+        command: str,
+        *,
+        input_text: str | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """A shell command inside the daemon's mount namespace (where `crontab` edits the
-        private spool), e.g. the install or remove command `tpuctl supervise` prints."""
+        private spool), e.g. the install or remove command `tpuctl supervise` prints; `env`
+        replaces this process's environment for it."""
         assert self.process is not None, "start the daemon first"
         argv = ["nsenter", "--target", str(self.process.pid), "--mount", "sh", "-c", command]
         done = subprocess.run(
-            argv, input=input_text, capture_output=True, text=True, timeout=60, check=False
+            argv,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=None if env is None else dict(env),
         )
         if check and done.returncode != 0:
             raise AssertionError(

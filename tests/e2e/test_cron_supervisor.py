@@ -103,3 +103,47 @@ def test_cron_runs_the_rendered_line_every_15_seconds(tmp_path: Path) -> None:
         assert step["home"] == str(home)
         assert step["path"] == os.environ["PATH"]
     assert log.read_text(encoding="utf-8").count("step output from the recorder\n") >= 2
+
+
+def test_cron_takes_a_detached_run_to_its_end(make_job: Any, tmp_path: Path) -> None:
+    """`tpuctl up --detach` gets the job running and hands it over with the exact `tpuctl
+    supervise` command to run; that command (asked to step every 5 s), run in cron's
+    namespace, installs the step, and a real cron daemon runs real `tpuctl reconcile` steps
+    (with the options up was given, which the run keeps) until the run is done and nothing is
+    left. cron fires at minute boundaries: the whole test takes about a minute and a half."""
+    import sys
+    import time
+
+    from tests.e2e.conftest import FAST_UP
+
+    started = time.monotonic()
+    job = make_job(steps=40, slices=1, accelerator="v4-8", conventionless=True)
+    outcome = job.cli("up", str(job.spec), *FAST_UP, "--settle", "2", "--no-preflight",
+                      "--detach", "--format", "json")  # fmt: skip
+    assert outcome.exit_code == 0, outcome.stderr
+    document = outcome.json()
+    assert document["outcome"] == "detached" and job.qr_exists()
+    handover = document["supervisor"]
+    assert handover["command"] == f"tpuctl supervise {job.spec} --on cron --install"
+    assert not handover["installed"] and "run.done" not in job.journal_kinds()
+
+    environ = job.child_env()
+    environ["PATH"] = f"{Path(sys.executable).parent}:{environ['PATH']}"  # where tpuctl is
+    with CronDaemon(tmp_path / "cron") as cron:
+        installed = cron.run(f"{handover['command']} --every 5s", env=environ)
+        assert "installed: tpuctl-reconcile-" in installed.stderr, installed.stderr
+        assert cron.crontab().count(f"# tpuctl-reconcile-{job.name}\n") == 12
+        cron.wait_for(
+            lambda: "run.done" in job.journal_kinds(), what="the run to be done", firings=2
+        )
+    sys.stderr.write(f"up --detach to done under cron: {time.monotonic() - started:.0f} s\n")
+    kinds = job.journal_kinds()
+    assert kinds.count("job.started") == 1 and "job.failed" not in kinds, kinds
+    assert not job.qr_exists()
+    assert (job.checkpoint_dir / "final.json").read_bytes() == job.uninterrupted_final(tmp_path)
+    runs = job.cli("runs", "--bucket", str(job.project.tmp_path), "--format", "json").json()
+    [row] = runs["runs"]
+    assert row["state"] == "done" and row["last_reconciled"]["by"] == "reconcile", row
+    log = Path(environ["HOME"]) / ".local/state/tpuctl/supervise"
+    said = (log / f"tpuctl-reconcile-{job.name}.log").read_text()
+    assert "the job ended on every worker" in said and said.endswith(f"{job.name}: done\n")

@@ -55,8 +55,9 @@ def test_preemption_is_recovered_and_the_result_is_the_uninterrupted_one(
     disruption = report["disruptions"][0]
     assert disruption["recovery_seconds"] > 0
     assert set(report["badput"]) == {
-        "queueing", "provisioning", "disruption_recovery", "wasted_progress",
+        "queueing", "provisioning", "disruption_recovery", "between_runs", "wasted_progress",
     }  # fmt: skip
+    assert report["badput"]["between_runs"] == 0 and report["flex_runs"] == []
     assert report["badput"]["disruption_recovery"] == pytest.approx(
         disruption["recovery_seconds"], abs=0.01
     )
@@ -140,6 +141,14 @@ def test_failure_budget_exhausted_exits_3(make_job: Callable[..., Job]) -> None:
     assert code == 3, log
     assert "max_failures is 0" in log
     assert "job.restarted" not in job.journal_kinds()
+    # The workers are gone with the queued resource; their last lines are not.
+    assert not job.qr_exists()
+    report = job.cli("report", str(job.spec), "--format", "json").json()
+    assert report["status"] == "given_up" and report["logs"]["where"], report["logs"]
+    assert "simulated failure at step 3" in report["logs"]["tails"]["0/0"]
+    table = job.cli("report", str(job.spec)).stdout
+    assert "last log lines kept at the give-up" in table
+    assert "--- 0/0" in table and "simulated failure at step 3" in table
 
 
 def test_ctrl_c_leaves_the_job_and_up_again_picks_it_up_without_a_restart(

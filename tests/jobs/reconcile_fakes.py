@@ -171,9 +171,13 @@ class FakeStore:
     clock: FakeClock
     entries: list[Entry] = field(default_factory=list)
     beats: list[dict[str, Any]] = field(default_factory=list)
+    begun: int = 0  # how often the run's spec was kept (run.json)
 
     def load(self) -> RunRecord:
         return RunRecord().fold(self.entries)
+
+    def begin(self) -> None:
+        self.begun += 1
 
     def append(self, kind: str, message: str, fields: dict[str, Any]) -> Entry:
         at = T0 + timedelta(seconds=self.clock.t)

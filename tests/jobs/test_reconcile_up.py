@@ -685,3 +685,34 @@ def test_prefer_cheapest_starts_every_new_bring_up_from_the_first_rung() -> None
     # Two preemptions on spot climb to flex-start; its preemption sends it back down.
     assert run.qr.rungs_asked == [0, 0, 1, 0]
     assert [r["rung"] for r in run.journal.of("capacity.rung")] == [1, 0]
+
+
+def test_detach_hands_over_once_the_job_runs_and_deletes_nothing() -> None:
+    run = Run(options=dataclasses.replace(FAST, detach=True))
+    result = run.run()
+    assert result.outcome == "detached" and not result.already and not result.deleted
+    assert "the job runs (2 running); handed over" in (result.message or "")
+    zone = run.qr.zone("z")
+    assert (zone.state, zone.creates, zone.deletes) == ("ACTIVE", 1, 0)
+    assert run.jobs.delivered == 1 and "job.running" in run.journal.kinds
+    assert run.journal.kinds[-1] == "up.exit" and "run.done" not in run.journal.kinds
+    # The scheduler's first step takes it on where up left it: no second start.
+    again = Run(store=run.journal, slices=run.qr, jobs=run.jobs, time=run.time)
+    again.time.at(again.time.t + 5, lambda: setattr(again.record, "done", True))
+    assert again.run().outcome == "done" and run.jobs.delivered == 1
+
+
+def test_the_run_s_spec_is_kept_at_its_start_and_at_a_person_s_up() -> None:
+    """`begin` (run.json) before the run's first entry; again when a person's up takes the
+    run on; never at a scheduler's later steps."""
+    from tpuctl.jobs.reconcile.step import run_step
+
+    run = Run()
+    world = run.world()
+    policy = policy_of(run.spec, FAST, "z")
+    first = run_step(world, run.journal, policy)
+    assert run.journal.begun == 1 and first.said[0].kind == "run.start"
+    run_step(world, run.journal, policy)
+    assert run.journal.begun == 1
+    run_step(world, run.journal, policy, new_attempt=True)  # up on a run under way
+    assert run.journal.begun == 2 and run.journal.kinds.count("run.start") == 1

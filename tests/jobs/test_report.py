@@ -154,3 +154,102 @@ def test_a_job_whose_setup_failed_never_ran() -> None:
     report = build_report(entries, name="n", run="n", now=T0 + timedelta(hours=1))
     assert report.running_seconds == 0
     assert report.badput["provisioning"] == 40  # boot and setup: the job never ran
+
+
+def _one_attempt(*ending: Entry) -> list[Entry]:
+    return [
+        at(0, "run.start", attempt=1),
+        at(1, "qr.created"),
+        at(10, "qr.state", state="ACTIVE"),
+        at(12, "job.running", resumed_from=None),
+        *ending,
+    ]
+
+
+def test_a_run_s_end_is_its_done_marker_give_up_or_stop() -> None:
+    later = T0 + timedelta(hours=5)
+    done = build_report(
+        _one_attempt(
+            at(100, "job.done"), at(101, "qr.deleting"), at(130, "qr.deleted"), at(131, "run.done")
+        ),
+        name="n",
+        run="n",
+        now=later,
+    )
+    # The deletion after the done marker is not the job's time.
+    assert (done.status, done.total_seconds, done.running_seconds) == ("done", 100, 88)
+    gave_up = build_report(
+        _one_attempt(
+            at(50, "job.failed", exit_codes=[1]),
+            at(60, "run.gave_up", error={"kind": "command_failed", "exit_code": 3}),
+            at(61, "qr.deleted"),
+        ),
+        name="n",
+        run="n",
+        now=later,
+    )
+    assert (gave_up.status, gave_up.total_seconds) == ("given_up", 60)
+    stopped = build_report(_one_attempt(at(70, "run.stopped")), name="n", run="n", now=later)
+    assert (stopped.status, stopped.total_seconds) == ("stopped", 70)
+    # An up's exit no longer decides: the run goes on after a scheduler took it over.
+    going = build_report(
+        _one_attempt(at(20, "up.exit", exit_code=0, outcome="detached")),
+        name="n", run="n", now=T0 + timedelta(seconds=300),
+    )  # fmt: skip
+    assert (going.status, going.total_seconds) == ("running", 300)
+
+
+def test_a_new_attempt_after_a_give_up_is_running_again() -> None:
+    entries = [
+        *_one_attempt(at(60, "run.gave_up", error={"kind": "deadline", "exit_code": 4})),
+        at(100, "run.start", attempt=2),
+        at(101, "qr.created"),
+    ]
+    report = build_report(entries, name="n", run="n", now=T0 + timedelta(seconds=200))
+    assert report.status == "running" and report.total_seconds == 200
+
+
+def test_flex_start_run_ends_are_counted_apart_with_each_run_s_share() -> None:
+    entries = _one_attempt(
+        at(100, "run.ended", count=1, last_step=80, termination_time="2026-01-02T03:01:40Z"),
+        at(101, "qr.deleted"),
+        at(102, "qr.recreated", count=1),
+        at(120, "qr.state", state="ACTIVE"),
+        at(130, "job.running", resumed_from=78, recovering="run end"),
+        at(230, "job.done"),
+        at(231, "run.done"),
+    )
+    entries[3] = at(12, "job.running", resumed_from=None, step_seconds=0.5)
+    report = build_report(entries, name="n", run="n")
+    assert report.status == "done" and report.total_seconds == 230
+    assert report.disruptions == []  # neither a preemption nor a failure
+    assert report.badput["between_runs"] == 30 and report.badput["disruption_recovery"] == 0
+    assert report.badput["wasted_progress"] == 1.0  # steps 78 to 80 again, 0.5 s each
+    assert ("between_runs", 30) in [(p.phase, p.seconds) for p in report.timeline]
+    first, second = (run.to_dict(report.total_seconds) for run in report.flex_runs)
+    assert (first["run"], first["seconds"], first["running_seconds"]) == (1, 100, 88)
+    assert first["ended"] and first["gap_seconds"] == 30 and first["recomputed_steps"] == 2
+    assert first["termination_time"] == "2026-01-02T03:01:40Z"
+    assert (second["seconds"], second["running_seconds"], second["ended"]) == (130, 100, False)
+    assert first["share"] + second["share"] == pytest.approx(1.0)
+    # A run that never reached its end has no runs to tell apart.
+    assert build_report(_one_attempt(at(50, "run.done")), name="n", run="n").flex_runs == []
+
+
+def test_a_give_up_s_kept_log_lines_are_in_the_report() -> None:
+    entries = _one_attempt(
+        at(50, "job.failed", exit_codes=[1]),
+        at(
+            55,
+            "job.logs",
+            tails={"0/0": "step 3\nTraceback: boom"},
+            reasons={"0/0": "exit 1"},
+            where="gs://b/run/tpuctl/n/logs",
+        ),
+        at(56, "run.gave_up", error={"kind": "command_failed", "exit_code": 3}),
+    )
+    report = build_report(entries, name="n", run="n")
+    logs = report.to_dict()["logs"]
+    assert logs["tails"] == {"0/0": "step 3\nTraceback: boom"}
+    assert logs["where"] == "gs://b/run/tpuctl/n/logs" and logs["reasons"] == {"0/0": "exit 1"}
+    assert build_report(_one_attempt(), name="n", run="n").logs is None

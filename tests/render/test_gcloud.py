@@ -63,8 +63,9 @@ def test_multislice_reserved_with_job() -> None:
         "--service-account=sa@p.iam.gserviceaccount.com",
         "--scopes=s1,s2",
         "--metadata-from-file=startup-script=startup.sh",
-        # A comma in a value switches to gcloud's alternate delimiter syntax.
-        "--metadata=^|^note=it's, fine",
+        # A comma in a value switches to gcloud's alternate delimiter syntax; the run's
+        # record location travels beside the user's metadata.
+        "--metadata=^|^note=it's, fine|tpuctl-record=gs://b/tpuctl/ms",
         "--autocheckpoint-enabled",
         "--description=two words",
     ]  # fmt: skip

@@ -116,7 +116,12 @@ def test_single_slice_uses_node_id_and_job_adds_startup_script_and_run_label() -
     assert node_spec["node_id"] == "one"
     assert "multi_node_params" not in node_spec
     node = node_spec["node"]
-    assert node["metadata"] == {"k": "v", "startup-script": render_startup_script(spec)}
+    # The run's record is named by its run name (so `reconcile --all --project` finds it).
+    assert node["metadata"] == {
+        "k": "v",
+        "startup-script": render_startup_script(spec),
+        "tpuctl-record": "gs://b/x/tpuctl/Run.One_2",
+    }
     assert node["labels"] == {
         "team": "ml",
         "managed-by": "tpuctl",
@@ -261,3 +266,22 @@ def test_a_startup_script_of_the_specs_own_replaces_tpuctls() -> None:
 )
 def test_label_value(text: str, value: str) -> None:
     assert label_value(text) == value
+
+
+def test_the_record_location_is_in_the_metadata_only_for_a_job_with_checkpoint_dir() -> None:
+    tpu = TpuSpec(accelerator="v4-8", runtime="tpu-ubuntu2204-base", metadata={"k": "v"})
+
+    def metadata(spec: Spec) -> dict[str, str]:
+        node = request_as_dict(render_request(spec, project=PROJECT, zone=ZONE))["queued_resource"][
+            "tpu"
+        ]["node_spec"][0]["node"]
+        return {key: value for key, value in node["metadata"].items() if key != "startup-script"}
+
+    job = JobSpec(command="true")
+    with_dir = CheckpointSpec(dir="/mnt/ckpt")
+    assert metadata(Spec(name="a", tpu=tpu, job=job, checkpoint=with_dir)) == {
+        "k": "v",
+        "tpuctl-record": "/mnt/ckpt/tpuctl/a",
+    }
+    assert metadata(Spec(name="a", tpu=tpu, job=job)) == {"k": "v"}  # its record is local
+    assert metadata(Spec(name="a", tpu=tpu, checkpoint=with_dir)) == {"k": "v"}  # no run

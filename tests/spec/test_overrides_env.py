@@ -106,6 +106,18 @@ def test_variables_expand_from_environ(minimal: str) -> None:
     assert spec.job.command == "echo hi, $HOME and ${LITERAL}"
 
 
+def test_a_loaded_spec_keeps_its_text_and_the_names_of_the_variables_it_expanded(
+    minimal: str,
+) -> None:
+    """What a run keeps to load its spec again elsewhere: the text as read, and the names (not
+    the values) of the variables the text and the overrides expanded, in order, once each."""
+    text = minimal + "zone: ${ZONE}\n# ${IN_A_COMMENT}\njob:\n  command: echo ${A} ${A} $${B}\n"
+    env = {"ZONE": "us-central2-b", "A": "secret", "C": "x", "UNUSED": "y"}
+    loaded = load_spec_text(text, environ=env, overrides=["job.user=${C}"])
+    assert loaded.text == text
+    assert loaded.variables == ("ZONE", "A", "C")
+
+
 def test_variables_default_to_os_environ(minimal: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TPUCTL_TEST_PROJECT", "proj-from-env")
     assert load_spec_text(minimal + "project: ${TPUCTL_TEST_PROJECT}\n").spec.project == (

@@ -54,6 +54,22 @@ def test_write_read_list_stat_delete(location: Storage) -> None:
         location.list("sub")
 
 
+def test_find_names_every_file_so_called_at_any_depth(location: Storage) -> None:
+    for path in ("a/tpuctl/one/run.json", "a/b/c/tpuctl/two/run.json", "run.json",
+                 "a/tpuctl/one/journal/x.json", "a/not-run.json", "a/run.json.tmp"):  # fmt: skip
+        location.write_text(path, "{}")
+    assert location.find("run.json") == [
+        "a/b/c/tpuctl/two/run.json", "a/tpuctl/one/run.json", "run.json",
+    ]  # fmt: skip
+    assert location.find("run.json", "a/b") == ["a/b/c/tpuctl/two/run.json"]
+    assert location.find("run.json", "nowhere") == []
+    # A sibling whose name starts like the prefix is not under it.
+    sibling = open_location(location.url + "-other")
+    sibling.write_text("tpuctl/three/run.json", "{}")
+    assert location.find("run.json", "a/tpuctl") == ["a/tpuctl/one/run.json"]
+    assert "tpuctl/three/run.json" not in location.find("run.json")
+
+
 def test_exclusive_create_happens_once(location: Storage) -> None:
     assert location.write_text("record/DONE", "first", exclusive=True) is True
     assert location.write_text("record/DONE", "second", exclusive=True) is False

@@ -203,15 +203,19 @@ def report(
 
     \b
     Definitions (after ml-goodput-measurement, the infrastructure part):
-    total time      from `tpuctl up` starting to the done marker (or now)
+    total time      from the run's start to the done marker (or its end, or now)
     queueing        CREATING / WAITING_FOR_RESOURCES, and before the queued resource existed
     provisioning    PROVISIONING, and ACTIVE until the job first runs (boot, code, setup)
     recovery        from detecting a disruption (preemption, job failure, a drill's event)
                     until the job runs again
+    between runs    a flex-start run taken back at its maximum run duration, until the job
+                    runs again in the next run (each run's share is shown apart)
     wasted progress steps computed twice after a disruption × the mean step time
     goodput         (running time − wasted progress) / total time
     Start-up, data loading and checkpoint saves inside the job count as productive: only
-    the training code can measure those.
+    the training code can measure those. The total ends at the done marker, the give-up or
+    the stop of the run's current attempt (or now, while it goes on). A run that gave up
+    shows its workers' last log lines, kept before its queued resource was deleted.
     """
     from tpuctl.jobs.report import report_for, spec_of_queued_resource
 

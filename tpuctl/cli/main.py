@@ -117,6 +117,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "reconcile",
         "One supervision step of a run (for cron, a systemd timer, a CronJob…): act once, exit.",
     ),
+    "runs": (
+        "tpuctl.cli.run_commands",
+        "runs",
+        "Every run under a bucket or in a project: state, last step, goodput, its scheduler.",
+    ),
     "supervise": (
         "tpuctl.cli.supervise_commands",
         "supervise",

@@ -4,18 +4,21 @@ tpuctl.jobs.reconcile and tpuctl.jobs.up."""
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from tpuctl.cli.completion import complete_spec_path
 from tpuctl.cli.context import app_context
 from tpuctl.cli.doctor_commands import no_preflight_option, preflight
 from tpuctl.cli.job_commands import fleet_factory, stamped
 from tpuctl.cli.options import (
     DURATION,
+    WORKER_SSH_KEYS,
     impersonate_option,
     one_of_zone_zones,
     output_option,
@@ -30,21 +33,37 @@ from tpuctl.cli.options import (
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import interrupts
-from tpuctl.cli.targets import connect_api, load_spec_warned, resolve_location_for, up_command
+from tpuctl.cli.targets import connect_api, load_spec_loaded, resolve_location_for, up_command
 from tpuctl.cli.views import jobs as views
-from tpuctl.errors import UsageError
+from tpuctl.errors import TpuctlError, UsageError
 
 if TYPE_CHECKING:
     from tpuctl.cli.context import AppContext
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.resolve import Location
     from tpuctl.jobs.reconcile.decision import Policy
+    from tpuctl.jobs.reconcile.discover import Found, FoundRun
+    from tpuctl.jobs.reconcile.step import ReconcileResult, RunError
     from tpuctl.jobs.reconcile.store import RunStore
     from tpuctl.jobs.reconcile.world import World
     from tpuctl.jobs.up import UpOptions
+    from tpuctl.spec.load import LoadedSpec
     from tpuctl.spec.model import Spec
 
 F = Callable[..., Any]
+# The flags a run keeps in its run.json when given (`tpuctl reconcile --all` steps it with
+# them): how it is supervised, and how its workers are reached.
+RECORDED_OPTIONS = (
+    "keep",
+    "settle",
+    "queue_timeout",
+    "provision_timeout",
+    "keep_on_timeout",
+    "no_preflight",
+    *WORKER_SSH_KEYS,
+)
+# Runs `tpuctl reconcile --all` steps side by side.
+PARALLEL_RUNS = 4
 
 
 def supervision_options(func: F) -> F:
@@ -116,6 +135,20 @@ class Supervised:
     command: str
 
 
+def given_options(names: tuple[str, ...] = RECORDED_OPTIONS) -> dict[str, Any]:
+    """The options of `names` given on the command line (or in the environment), with their
+    values: what a run keeps in its run.json."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {
+        name: ctx.params[name]
+        for name in names
+        if name in ctx.params and ctx.get_parameter_source(name) in given
+    }
+
+
 def _supervised(
     app: AppContext,
     *,
@@ -129,28 +162,95 @@ def _supervised(
     tuning: dict[str, Any],
     delete_kept: bool,
     over_ssh: bool,
+    by: str,
 ) -> Supervised:
+    """A run from the spec at `spec_path` and the command line; its run.json (written at the
+    run's start, and when a person's `up` takes it on) keeps the spec's text and the options
+    given. A scheduler's step (`by` reconcile) takes the options the run keeps for those not
+    given on its own command line, so it supervises the run as the person who started it
+    asked (`tpuctl up --keep --detach`, then `tpuctl reconcile SPEC` from cron)."""
+    every = with_zones(overrides, one_of_zone_zones(zone, zones))
+    loaded = load_spec_loaded(app, spec_path, every, creating=True)
+    if loaded.spec.job is None:
+        raise UsageError(f"{spec_path} has no job section: nothing to supervise", hint="add job:")
+    return _supervise(
+        app,
+        loaded,
+        source=spec_path if spec_path == "-" else os.path.abspath(spec_path),
+        overrides=overrides,
+        project=project,
+        zone=zone,
+        impersonate=impersonate,
+        tuning={**tuning, "no_preflight": no_preflight},
+        delete_kept=delete_kept,
+        command=up_command(spec_path, every, project, zone),
+        by=by,
+        over_ssh=over_ssh,
+        given=given_options(),
+        record_run=True,
+        inherited=None if by == "reconcile" else {},
+    )
+
+
+def _supervise(
+    app: AppContext,
+    loaded: LoadedSpec,
+    *,
+    source: str,
+    overrides: tuple[str, ...],
+    project: str | None,
+    zone: str | None,
+    impersonate: str | None,
+    tuning: dict[str, Any],
+    delete_kept: bool,
+    command: str,
+    by: str,
+    given: Mapping[str, Any],
+    over_ssh: bool = False,
+    record_run: bool,
+    inherited: Mapping[str, Any] | None,
+    url: str | None = None,
+) -> Supervised:
+    """Everything a step of `loaded`'s run needs. `tuning`: the command's options (with
+    `no_preflight`); `given`: those given explicitly, which win over `inherited` (the options
+    the run keeps in its run.json; None: read them from it, if it is there). `record_run`: the
+    step keeps the run's spec, with `given`, in its run.json at the run's start; `url`: where
+    its record was found."""
     from tpuctl.clock import Clock
     from tpuctl.jobs.adapters import FanoutJobOps, StorageJobRecord
-    from tpuctl.jobs.reconcile.store import RunStore
+    from tpuctl.jobs.reconcile.store import RunFile, RunStore
     from tpuctl.jobs.reconcile.world import ObjectWorkers, SshWorkers, TpuSlices, World
     from tpuctl.jobs.up import policy_of, up_options
     from tpuctl.spec.ladder import rung_specs
     from tpuctl.worker import worker_states_dir
 
-    overrides = with_zones(overrides, one_of_zone_zones(zone, zones))
-    spec = load_spec_warned(app, spec_path, overrides, creating=True)
-    if spec.job is None:
-        raise UsageError(f"{spec_path} has no job section: nothing to supervise", hint="add job:")
+    spec = loaded.spec
     location = resolve_location_for(project, zone, spec)
+    store = RunStore(spec, location.project, location.zone, url=url, by=by)
+    if inherited is None:
+        inherited = _kept_options(store)
+    tuning = {**tuning, **_inherit(inherited, given, tuning)}
+    no_preflight = bool(tuning.pop("no_preflight", False))
     api = connect_api(location, impersonate)
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
-    command = up_command(spec_path, overrides, project, zone)
     run_zones = (location.zone,) if zone else spec.zones or (location.zone,)
     options = up_options(spec, resume_hint=command, zones=run_zones, **tuning)
-    store = RunStore(spec, location.project, location.zone)
+    policy = policy_of(spec, options, location.zone, delete_kept=delete_kept)
+    if record_run:
+        store.run_file = RunFile(
+            name=spec.name,
+            run=spec.run_name,
+            spec=loaded.text,
+            source=source,
+            project=location.project,
+            zone=location.zone,
+            zones=policy.zones,
+            overrides=overrides,
+            variables=loaded.variables,
+            options=dict(given),
+        )
     jobs = FanoutJobOps()
     states = None if over_ssh else worker_states_dir(spec)
     clock = Clock()
@@ -166,8 +266,32 @@ def _supervised(
         save_logs=store.save_logs,
         reread_every=options.job_check_every,
     )
-    policy = policy_of(spec, options, location.zone, delete_kept=delete_kept)
     return Supervised(spec, location, api, world, store, policy, options, command)
+
+
+def _kept_options(store: RunStore) -> Mapping[str, Any]:
+    """The options the run keeps in its run.json ({} when it has none yet)."""
+    from tpuctl.errors import NotFoundError
+    from tpuctl.jobs.reconcile.store import read_run_file
+
+    try:
+        return read_run_file(store.storage).options
+    except NotFoundError:
+        return {}
+    except TpuctlError as error:
+        app_context().warn(f"{store.url}: {error.message}; the options given here are used")
+        return {}
+
+
+def _inherit(
+    kept: Mapping[str, Any], given: Mapping[str, Any], tuning: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The kept options this command takes: the recorded ones it has, unless given here."""
+    return {
+        key: value
+        for key, value in kept.items()
+        if key in RECORDED_OPTIONS and key in tuning and key not in given
+    }
 
 
 @click.command()
@@ -193,6 +317,22 @@ def _supervised(
     help="When another supervisor (tpuctl up, or a scheduler's tpuctl reconcile) holds this "
     "run, wait for it to end (or die) and take over, instead of exiting 1.",
 )
+@click.option(
+    "--detach",
+    is_flag=True,
+    default=False,
+    help="Get the run created, ACTIVE and its job running, then hand it over: exit 0 and say "
+    "what supervises it from then on (the tpuctl supervise command to run, or with "
+    "--supervise the scheduler installed).",
+)
+@click.option(
+    "--supervise",
+    "supervise_on",
+    type=click.Choice(["cron", "systemd"]),
+    default=None,
+    help="With --detach (which it implies): install this scheduler on this machine to take "
+    "the run on, as `tpuctl supervise SPEC --on TARGET --install` does.",
+)
 @supervision_options
 def up(
     *,
@@ -203,6 +343,7 @@ def up(
     zones: str | None,
     impersonate: str | None,
     no_preflight: bool,
+    supervise_on: str | None,
     **tuning: Any,
 ) -> None:
     """Run SPEC's job to completion: create, wait, start, watch and recover; reconcile steps
@@ -228,15 +369,22 @@ def up(
     stopped, up starts a new attempt with fresh budgets.
 
     \b
-    Exit codes: 0 done, 1 another supervisor holds the run, 2 a preflight check blocks the
-    run (see tpuctl doctor; --no-preflight skips them), 3 job failures exhausted or a crash
-    loop, 4 a queueing or provisioning deadline, 6 FAILED before ever ACTIVE, 7 preemption
-    budget exhausted, 10 the workers stayed unreachable, 11 the TPU API stayed unavailable,
-    130 interrupted.
+    --detach stops supervising once the job runs and exits 0, saying how a scheduler takes
+    the run on (tpuctl supervise SPEC --on cron --install); --supervise cron|systemd installs
+    that scheduler itself. Until one steps the run, nothing recovers it.
+
+    \b
+    Exit codes: 0 done (or with --detach, running and handed over), 1 another supervisor holds
+    the run, 2 a preflight check blocks the run (see tpuctl doctor; --no-preflight skips
+    them), 3 job failures exhausted or a crash loop, 4 a queueing or provisioning deadline,
+    6 FAILED before ever ACTIVE, 7 preemption budget exhausted, 10 the workers stayed
+    unreachable, 11 the TPU API stayed unavailable, 130 interrupted.
     """
     from tpuctl.jobs.up import UP_STALE_AFTER, Supervisor
 
     app = app_context()
+    if supervise_on is not None:
+        tuning["detach"] = True
     run = _supervised(
         app,
         spec_path=spec_path,
@@ -249,6 +397,7 @@ def up(
         tuning=tuning,
         delete_kept=True,
         over_ssh=False,
+        by="up",
     )
     with interrupts() as stop_flag:
         supervisor = Supervisor(
@@ -262,11 +411,30 @@ def up(
             lease=run.store.lease(run.command, stale_after=UP_STALE_AFTER),
         )
         result = supervisor.run()
+    if result.outcome == "detached":
+        from tpuctl.cli.supervise_commands import hand_over
+
+        result.supervisor = hand_over(
+            app,
+            spec_path=spec_path,
+            overrides=overrides,
+            project=project,
+            zone=zone,
+            zones=zones,
+            impersonate=impersonate,
+            target=supervise_on,
+        )
     emit(result, views.up_view)
 
 
 @click.command()
-@spec_argument
+@click.argument(
+    "spec_path",
+    metavar="[SPEC]",
+    required=False,
+    type=click.Path(dir_okay=False),
+    shell_complete=complete_spec_path,
+)
 @set_option
 @click.option(
     "--read-workers",
@@ -275,6 +443,22 @@ def up(
     show_default=True,
     help="How the workers' jobs are read: auto (their state objects beside the journal, SSH "
     "only where one is missing or stale) or ssh (every worker over SSH).",
+)
+@click.option(
+    "--all",
+    "every_run",
+    is_flag=True,
+    default=False,
+    help="Instead of SPEC: every run found with --bucket (every record under that checkpoint "
+    "location) and/or --project (every run tpuctl labelled there that holds a queued "
+    "resource), each stepped from the spec its record keeps (run.json).",
+)
+@click.option(
+    "--bucket",
+    metavar="URL",
+    default=None,
+    help="With --all: a checkpoint location (gs://BUCKET/PREFIX or a local path) whose runs "
+    "to step.",
 )
 @click.option(
     "--step-deadline",
@@ -287,8 +471,10 @@ def up(
 @supervision_options
 def reconcile(
     *,
-    spec_path: str,
+    spec_path: str | None,
     overrides: tuple[str, ...],
+    every_run: bool,
+    bucket: str | None,
     project: str | None,
     zone: str | None,
     zones: str | None,
@@ -298,7 +484,8 @@ def reconcile(
     read_workers: str,
     **tuning: Any,
 ) -> None:
-    """One supervision step for SPEC's run: observe, decide, act once, record, exit.
+    """One supervision step for SPEC's run (or with --all, for every run found): observe,
+    decide, act once, record, exit.
 
     \b
     What tpuctl up decides at that moment, taken once: create the queued resource (or again
@@ -311,16 +498,56 @@ def reconcile(
     that finds it held does nothing and says who holds it.
 
     \b
+    --all --bucket gs://B/PREFIX steps every run whose record lives under that location;
+    --all --project P every run tpuctl labelled in P's zones that holds a queued resource now
+    (its record location is in the nodes' metadata; a run between a delete and its next
+    create, or done, is found only by --bucket). Each run is stepped from the spec its record
+    keeps (run.json, written at its first step): its ${VAR}s from this environment, the
+    options its first step was given unless given here. A run that cannot be stepped (a
+    ${VAR} unset, its record unreadable) is an error of its own; the others go on.
+
+    \b
     Exit codes: 0 done (or stopped by tpuctl delete): nothing is left billed; 12 in progress
     (or another supervisor holds the run): call it again; 11 the TPU API was unavailable:
     nothing was decided this time; a run that gave up keeps exiting with its code: 3 job
     failures or a crash loop, 4 a deadline, 6 FAILED, 7 preemption budget, 10 unreachable;
-    1 error, 2 invalid spec or a preflight check, 8 permission.
+    1 error, 2 invalid spec or a preflight check, 8 permission. With --all: the highest code
+    of a run that gave up or could not be stepped, else 11 if the API was unavailable, else 12
+    if any run is in progress, else 0.
     """
     from tpuctl.jobs.reconcile.step import reconcile_once
 
     app = app_context()
     tuning.setdefault("poll", None)
+    if every_run:
+        if spec_path is not None or overrides or zone or zones:
+            raise UsageError(
+                "--all steps the runs it finds, each from its own spec: SPEC, --set, --zone "
+                "and --zones do not go with it",
+                hint="tpuctl reconcile --all --bucket gs://BUCKET/PREFIX (or --project P)",
+            )
+        if bucket is None and project is None:
+            raise UsageError(
+                "--all needs --bucket or --project: where to find the runs",
+                hint="tpuctl reconcile --all --bucket gs://BUCKET/PREFIX",
+            )
+        _reconcile_all(
+            app,
+            bucket=bucket,
+            project=project,
+            impersonate=impersonate,
+            no_preflight=no_preflight,
+            step_deadline=step_deadline,
+            tuning=tuning,
+            over_ssh=read_workers == "ssh",
+        )
+        return
+    if spec_path is None:
+        raise UsageError(
+            "give SPEC, or --all with --bucket or --project", hint="tpuctl reconcile job.yaml"
+        )
+    if bucket is not None:
+        raise UsageError("--bucket goes with --all", hint="tpuctl reconcile --all --bucket URL")
     run = _supervised(
         app,
         spec_path=spec_path,
@@ -333,6 +560,7 @@ def reconcile(
         tuning=tuning,
         delete_kept=False,
         over_ssh=read_workers == "ssh",
+        by="reconcile",
     )
     with interrupts():
         result = reconcile_once(
@@ -345,3 +573,255 @@ def reconcile(
             on_late=app.warn,
         )
     emit(result, views.reconcile_view)
+
+
+def _reconcile_all(
+    app: AppContext,
+    *,
+    bucket: str | None,
+    project: str | None,
+    impersonate: str | None,
+    no_preflight: bool,
+    step_deadline: float,
+    tuning: dict[str, Any],
+    over_ssh: bool,
+) -> None:
+    """One step of every run found, side by side (each under its own lease), as one
+    Reconciles document."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tpuctl.jobs.reconcile.step import ReconcilesResult, RunError, reconciles_code
+
+    found = find_runs(app, bucket=bucket, project=project, impersonate=impersonate)
+    errors = [
+        RunError(
+            None, None, error.kind, f"zone {error.zone}: {error.message}", None, error.exit_code
+        )
+        for error in found.zone_errors
+    ]
+    if not found.runs:
+        app.info(f"no runs found in {_where(bucket, project)}")
+    given = given_options()
+    words = ["tpuctl", "reconcile", "--all"]
+    words += [
+        *(["--bucket", bucket] if bucket else []),
+        *(["--project", project] if project else []),
+    ]
+    command = shlex.join(words)
+    ctx = click.get_current_context()
+
+    def step(run: FoundRun) -> ReconcileResult | RunError:
+        with ctx.scope(cleanup=False):
+            return _step_found(
+                app,
+                run,
+                impersonate=impersonate,
+                no_preflight=no_preflight,
+                step_deadline=step_deadline,
+                tuning=dict(tuning),
+                given=given,
+                command=command,
+                over_ssh=over_ssh,
+            )
+
+    with interrupts(), ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+        outcomes = list(pool.map(step, found.runs))
+    from tpuctl.jobs.reconcile.step import ReconcileResult
+
+    runs = [outcome for outcome in outcomes if isinstance(outcome, ReconcileResult)]
+    errors += [outcome for outcome in outcomes if isinstance(outcome, RunError)]
+    result = ReconcilesResult(
+        bucket=bucket,
+        project=project,
+        code=int(reconciles_code(runs, errors)),
+        runs=runs,
+        errors=errors,
+        skipped=[skipped.to_dict() for skipped in found.skipped],
+    )
+    emit(result, views.reconciles_view)
+
+
+def find_runs(
+    app: AppContext, *, bucket: str | None, project: str | None, impersonate: str | None
+) -> Found:
+    """Every run under `bucket` and every one labelled in `project` (their union)."""
+    from tpuctl.jobs.reconcile.discover import Found, runs_in_project, runs_under
+
+    found = Found()
+    if bucket is not None:
+        found.add(runs_under(bucket))
+    if project is not None:
+        from tpuctl.cli.targets import connect_zones
+
+        api, zones = connect_zones(project, None, None, True, impersonate)
+        found.add(runs_in_project(api, zones))
+    return found
+
+
+def _where(bucket: str | None, project: str | None) -> str:
+    return " and ".join(
+        [*([bucket] if bucket else []), *([f"project {project}"] if project else [])]
+    )
+
+
+def _step_found(
+    app: AppContext,
+    found: FoundRun,
+    *,
+    impersonate: str | None,
+    no_preflight: bool,
+    step_deadline: float,
+    tuning: dict[str, Any],
+    given: Mapping[str, Any],
+    command: str,
+    over_ssh: bool,
+) -> ReconcileResult | RunError:
+    """One step of a run found by its record, from the spec its run.json keeps; what stops it
+    is its own error."""
+    from tpuctl.clock import utc_now
+    from tpuctl.jobs.reconcile.discover import load_run_spec
+    from tpuctl.jobs.reconcile.step import RunError, reconcile_once
+    from tpuctl.jobs.reconcile.store import read_run_file
+    from tpuctl.storage.locations import open_location
+
+    name = found.name
+    try:
+        run_file = read_run_file(open_location(found.url))
+        name = run_file.name
+        loaded = load_run_spec(run_file, found.url, now=utc_now())
+        for warning in loaded.warnings:
+            app.warn(f"{name}: {warning}")
+        multizone = len(run_file.zones) > 1
+        run = _supervise(
+            app,
+            loaded,
+            source=run_file.source,
+            overrides=run_file.overrides,
+            project=run_file.project,
+            zone=None if multizone else (run_file.zones or (run_file.zone,))[0],
+            impersonate=impersonate,
+            tuning={**tuning, "no_preflight": no_preflight},
+            delete_kept=False,
+            command=command,
+            by="reconcile",
+            over_ssh=over_ssh,
+            given=given,
+            record_run=False,
+            inherited=run_file.options,
+            url=found.url,
+        )
+        return reconcile_once(
+            run.world,
+            run.store,
+            run.policy,
+            command=command,
+            on_said=stamped(app),
+            deadline=step_deadline,
+            on_late=app.warn,
+        )
+    except TpuctlError as error:
+        app.warn(f"{name or found.url}: {error.one_line()}")
+        return RunError.of(error, name=name, record_url=found.url)
+
+
+@click.command()
+@click.option(
+    "--bucket",
+    metavar="URL",
+    default=None,
+    help="Every run whose record lives under this checkpoint location (gs://BUCKET/PREFIX or "
+    "a local path).",
+)
+@click.option(
+    "--project",
+    default=None,
+    help="Every run tpuctl labelled in this project that holds a queued resource now.",
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    default=False,
+    help="Ask the TPU API for each run's queued resources (else as its record last said).",
+)
+@click.option(
+    "--stale-after",
+    type=DURATION,
+    default=600.0,
+    show_default="10m",
+    help="Flag a run in progress that nobody reconciled for longer than this.",
+)
+@impersonate_option
+@output_option
+def runs(
+    *,
+    bucket: str | None,
+    project: str | None,
+    live: bool,
+    stale_after: float,
+    impersonate: str | None,
+) -> None:
+    """Every run under a checkpoint location (--bucket) or in a project (--project): its state,
+    who reconciled it last and when, how far it got, its goodput, its queued resource.
+
+    \b
+    STATE        in progress, done, given up (with why and its exit code) or stopped
+    RECONCILED   when the last step was taken, on which host, by a person's up or a
+                 scheduler's reconcile
+    STEP         the latest committed checkpoint the last step saw, else the furthest step a
+                 worker reported
+    GOODPUT      productive time / total time so far (tpuctl report has the definitions)
+    P/F/E        preemptions, job failures and flex-start run ends (this attempt)
+    QUEUED       the queued resource it holds: zone and state, as its record last said
+                 (--live asks the API)
+    A run in progress that nobody reconciled for longer than --stale-after is flagged with
+    what to do: its scheduler (or its up) stopped. --project finds only the runs that hold a
+    queued resource now; --bucket finds every run, done or between a delete and a create.
+    Read from the runs' records: no TPU API access without --project or --live.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tpuctl.cli.views.runs import runs_view
+    from tpuctl.clock import utc_now
+    from tpuctl.jobs.runs import RunsResult, run_row
+
+    app = app_context()
+    if bucket is None and project is None:
+        raise UsageError(
+            "tpuctl runs needs --bucket or --project: where to find the runs",
+            hint="tpuctl runs --bucket gs://BUCKET/PREFIX",
+        )
+    found = find_runs(app, bucket=bucket, project=project, impersonate=impersonate)
+    now = utc_now()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rows = list(
+            pool.map(lambda run: run_row(run, now=now, stale_after=stale_after), found.runs)
+        )
+    if live:
+        _ask_live(rows, impersonate)
+    result = RunsResult(
+        bucket=bucket,
+        project=project,
+        live=live,
+        runs=rows,
+        skipped=[skipped.to_dict() for skipped in found.skipped],
+        errors=[f"zone {error.zone}: {error.message}" for error in found.zone_errors],
+    )
+    emit(result, runs_view)
+
+
+def _ask_live(rows: list[Any], impersonate: str | None) -> None:
+    """Each run's queued resources, as the TPU API says now (one connection per project)."""
+    from tpuctl.jobs.runs import live_queued_resources
+
+    apis: dict[str, TpuApi] = {}
+    for row in rows:
+        if row.project is None or not row.zones:
+            continue
+        try:
+            api = apis.get(row.project)
+            if api is None:
+                location = resolve_location_for(row.project, row.zones[0], None)
+                api = apis[row.project] = connect_api(location, impersonate)
+            row.queued_resources = live_queued_resources(api, row.name, row.zones)
+        except TpuctlError as error:
+            row.error = "; ".join(filter(None, [row.error, f"the TPU API: {error.message}"]))

@@ -4,10 +4,11 @@ or written to a directory (the renderers are in tpuctl.render.supervisor)."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +26,7 @@ from tpuctl.cli.options import (
 from tpuctl.cli.output import emit
 
 if TYPE_CHECKING:
+    from tpuctl.cli.context import AppContext
     from tpuctl.render.supervisor import Supervisor, SupervisorOptions
     from tpuctl.spec.model import Spec
 
@@ -107,6 +109,13 @@ TARGET_CHOICES = ("cron", "systemd", "kubernetes", "cloud-run", "github")
     default=False,
     help="systemd: system units run as this user, instead of user units.",
 )
+@click.option(
+    "--install",
+    is_flag=True,
+    default=False,
+    help="cron, systemd: install it on this machine now (the install commands, run for you) "
+    "instead of printing the files.",
+)
 @output_option
 def supervise(
     *,
@@ -128,6 +137,7 @@ def supervise(
     region: str | None,
     namespace: str,
     system: bool,
+    install: bool,
 ) -> None:
     """Render what runs `tpuctl reconcile SPEC` every minute (or --every) on a scheduler.
 
@@ -140,43 +150,227 @@ def supervise(
 
     Each maps exit 12 (the run goes on) to success; a given-up run keeps failing until a person
     looks. The files go to stdout (or --output-dir); the commands that install and remove
-    them to stderr. Offline: no credentials, no network.
+    them to stderr. Offline: no credentials, no network. With --install (cron, systemd),
+    the install commands run here and then, and the remove commands are said.
     """
+    from tpuctl.cli.views.supervisor import supervisor_view
+    from tpuctl.errors import UsageError
+
+    app = app_context()
+    if install and target not in LOCAL_TARGETS:
+        raise UsageError(
+            f"--install puts cron or systemd in place on this machine, not {target}",
+            hint=f"run the install commands tpuctl supervise SPEC --on {target} prints",
+        )
+    if install and output_dir is not None:
+        raise UsageError("--install and --output-dir exclude one another", hint="pass one")
+    render = Rendering(
+        spec_path=spec_path,
+        target=target,
+        every=every,
+        overrides=overrides,
+        project=project,
+        zone=zone,
+        zones=zones,
+        impersonate=impersonate,
+        variables=variables,
+        executable=executable,
+        service_account=service_account,
+        workload_identity_provider=workload_identity_provider,
+        image=image,
+        package=package,
+        region=region,
+        namespace=namespace,
+        system=system,
+    )
+    result = install_supervisor(app, render) if install else render_for(app, render, output_dir)
+    if not app.machine_output:
+        for note in result.notes:
+            app.info(f"note: {note}")
+        if install:
+            _say_installed(result)
+        else:
+            _say_commands(result, printed=output_dir is None)
+    emit(result, supervisor_view, exact=True)
+
+
+LOCAL_TARGETS = ("cron", "systemd")
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """What `tpuctl supervise` was asked for (its flags), to render from."""
+
+    spec_path: str
+    target: str
+    every: float = 60.0
+    overrides: tuple[str, ...] = ()
+    project: str | None = None
+    zone: str | None = None
+    zones: str | None = None
+    impersonate: str | None = None
+    variables: tuple[str, ...] = ()
+    executable: str | None = None
+    service_account: str | None = None
+    workload_identity_provider: str | None = None
+    image: str | None = None
+    package: str | None = None
+    region: str | None = None
+    namespace: str = "default"
+    system: bool = False
+
+
+def render_for(app: AppContext, asked: Rendering, output_dir: str | None) -> Supervisor:
+    """The supervisor `asked` for, its files written to `output_dir` when given."""
     from dataclasses import replace
 
     from tpuctl.cli.targets import load_spec_warned
-    from tpuctl.cli.views.supervisor import supervisor_view
     from tpuctl.render.supervisor import render_supervisor
 
-    app = app_context()
-    zones = one_of_zone_zones(zone, zones)
-    spec = load_spec_warned(app, spec_path, overrides)
-    options = local_options(spec, spec_path, target, output_dir, variables)
+    zones = one_of_zone_zones(asked.zone, asked.zones)
+    spec = load_spec_warned(app, asked.spec_path, asked.overrides)
+    options = local_options(spec, asked.spec_path, asked.target, output_dir, asked.variables)
     scope = reconcile_args(
-        spec, overrides, project_flag=project, zone_flag=zone, zones=zones, impersonate=impersonate
+        spec,
+        asked.overrides,
+        project_flag=asked.project,
+        zone_flag=asked.zone,
+        zones=zones,
+        impersonate=asked.impersonate,
     )
     options = replace(
         options,
-        every_seconds=every,
+        every_seconds=asked.every,
         reconcile_args=tuple(scope.args),
         project=scope.project,
-        region=region or scope.region,
-        tpuctl=tuple(tpuctl_command(executable)),
-        system=system,
-        image=image,
-        package=package,
-        service_account=service_account,
-        namespace=namespace,
-        workload_identity_provider=workload_identity_provider,
+        region=asked.region or scope.region,
+        tpuctl=tuple(tpuctl_command(asked.executable)),
+        system=asked.system,
+        image=asked.image,
+        package=asked.package,
+        service_account=asked.service_account,
+        namespace=asked.namespace,
+        workload_identity_provider=asked.workload_identity_provider,
     )
     result = render_supervisor(options)
     if output_dir is not None:
         write_files(result, Path(output_dir))
-    if not app.machine_output:
-        for note in result.notes:
-            app.info(f"note: {note}")
-        _say_commands(result, printed=output_dir is None)
-    emit(result, supervisor_view, exact=True)
+    return result
+
+
+def install_supervisor(app: AppContext, asked: Rendering) -> Supervisor:
+    """Render the cron or systemd supervisor into a scratch directory and run its install
+    commands here (`sh -c`, one by one); TpuctlError naming the command that failed. A
+    systemd user's linger that cannot be enabled is only a warning (the timer runs while the
+    user is logged in)."""
+    import subprocess
+    import tempfile
+
+    from tpuctl.errors import TpuctlError
+
+    with tempfile.TemporaryDirectory(prefix="tpuctl-supervise-") as scratch:
+        result = render_for(app, asked, scratch)
+        for command in result.install:
+            done = subprocess.run(
+                ["sh", "-c", command], capture_output=True, text=True, timeout=120, check=False
+            )
+            if done.returncode == 0:
+                continue
+            said = (done.stderr or done.stdout).strip().splitlines()
+            why = said[-1] if said else f"exit {done.returncode}"
+            if command.startswith("loginctl enable-linger"):
+                app.warn(f"{command}: {why}: the timer runs only while you are logged in")
+                continue
+            raise TpuctlError(
+                f"installing the {asked.target} supervisor failed at `{command}`: {why}",
+                hint=f"install it by hand: tpuctl supervise {shlex.quote(asked.spec_path)} "
+                f"--on {asked.target} --output-dir DIR prints the commands",
+            )
+    for file in result.files:
+        file.path = None  # written to a scratch directory, now gone: installed elsewhere
+    result.installed = True
+    return result
+
+
+def supervise_command(
+    spec_path: str,
+    target: str,
+    *,
+    overrides: tuple[str, ...] = (),
+    project: str | None = None,
+    zone: str | None = None,
+    zones: str | None = None,
+    impersonate: str | None = None,
+) -> str:
+    """The `tpuctl supervise` line that hands a run over to `target` (installing it, for cron
+    and systemd), every word shell-quoted."""
+    words = ["tpuctl", "supervise", os.path.abspath(spec_path), "--on", target]
+    for override in overrides:
+        words += ["--set", override]
+    words += [*(["--project", project] if project else [])]
+    words += [*(["--zones", zones] if zones else []), *(["--zone", zone] if zone else [])]
+    words += [*(["--impersonate-service-account", impersonate] if impersonate else [])]
+    if target in LOCAL_TARGETS:
+        words.append("--install")
+    return shlex.join(words)
+
+
+def hand_over(
+    app: AppContext,
+    *,
+    spec_path: str,
+    overrides: tuple[str, ...],
+    project: str | None,
+    zone: str | None,
+    zones: str | None,
+    impersonate: str | None,
+    target: str | None,
+) -> dict[str, Any]:
+    """`tpuctl up --detach`: the supervisor that takes the run on (`target`: installed here
+    now), else the command that sets one up. Its document: target, command, installed,
+    install and remove."""
+    command = supervise_command(
+        spec_path,
+        target or "cron",
+        overrides=overrides,
+        project=project,
+        zone=zone,
+        zones=zones,
+        impersonate=impersonate,
+    )
+    if target is None:
+        return {
+            "target": None,
+            "command": command,
+            "installed": False,
+            "step": None,
+            "install": [command],
+            "remove": [],
+        }
+    from tpuctl.errors import TpuctlError
+
+    asked = Rendering(
+        spec_path=spec_path,
+        target=target,
+        overrides=overrides,
+        project=project,
+        zone=zone,
+        zones=zones,
+        impersonate=impersonate,
+    )
+    try:
+        result = install_supervisor(app, asked)
+    except TpuctlError as error:
+        error.message = f"the job runs, but nothing supervises it: {error.message}"
+        raise
+    return {
+        "target": target,
+        "command": command,
+        "installed": True,
+        "step": shlex.join(result.command),
+        "install": list(result.install),
+        "remove": list(result.remove),
+    }
 
 
 @dataclass(frozen=True)
@@ -286,6 +480,13 @@ def write_files(result: Supervisor, directory: Path) -> None:
         if file.executable:
             path.chmod(0o755)
         file.path = str(path.resolve())
+
+
+def _say_installed(result: Supervisor) -> None:
+    app = app_context()
+    app.info(f"installed: {result.unit} steps the run every {result.every_seconds} s; remove:")
+    for command in result.remove:
+        app.info(f"  {command}")
 
 
 def _say_commands(result: Supervisor, *, printed: bool) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tpuctl.cloud.client import TpuApi
     from tpuctl.cloud.resolve import Location
     from tpuctl.cloud.zones import ZoneError
+    from tpuctl.spec.load import LoadedSpec
     from tpuctl.spec.model import Spec
 
 _RESOURCE_PATH = re.compile(r"^projects/([^/]+)/locations/([^/]+)/queuedResources/([^/]+)$")
@@ -39,13 +40,20 @@ def load_spec_warned(
 ) -> Spec:
     """The spec at `path`, its warnings said. `creating`: a queued resource is to be made from
     it now, so a queueing deadline already past is an error."""
+    return load_spec_loaded(app, path, overrides, creating=creating).spec
+
+
+def load_spec_loaded(
+    app: AppContext, path: str, overrides: Sequence[str], *, creating: bool = False
+) -> LoadedSpec:
+    """`load_spec_warned`, with the spec's text and the `${VAR}`s it expanded."""
     from tpuctl.clock import utc_now
     from tpuctl.spec.load import load_spec
 
     loaded = load_spec(path, overrides=tuple(overrides), now=utc_now() if creating else None)
     for warning in loaded.warnings:
         app.warn(str(warning))
-    return loaded.spec
+    return loaded
 
 
 def is_spec_path(argument: str) -> bool:

@@ -3,8 +3,9 @@
 Definitions (after Google's ml-goodput-measurement, for the part tpuctl can see without any
 change to the training code):
 
-* total job time: from the first Journal entry (`tpuctl up` starting) to the done marker (or
-  the last entry, or now while the job runs);
+* total job time: from the first Journal entry (the run's start) to its end: the done marker
+  for a run that is done (the deletion after it is not the job's time), the give-up or the
+  stop (`run.gave_up`, `run.stopped`), or now while the run goes on;
 * queueing: the QR waiting for capacity (CREATING, ACCEPTED, WAITING_FOR_RESOURCES), and the
   time before it existed;
 * provisioning: PROVISIONING, and an ACTIVE QR whose job is not running yet (boot, code
@@ -12,9 +13,12 @@ change to the training code):
   run that failed, or finished) was running from its start, setup included;
 * disruption recovery: from the moment a disruption is detected (preemption, job failure, a
   drill's event) until the job runs again, whatever the QR does meanwhile;
-* wasted progress: steps computed twice after a disruption (the step reached at the event
-  minus the step the job resumed from) × the mean step time, when both are known; it is
-  taken out of the running time;
+* between runs: a flex-start run that reached its maximum run duration (`run.ended`) until
+  the job runs again in the next run: counted apart from preemptions and failures, and each
+  run's share of the total time is given (`flex_runs`);
+* wasted progress: steps computed twice after a disruption or a run's end (the step reached
+  at the event minus the step the job resumed from) × the mean step time, when both are
+  known; it is taken out of the running time;
 * productive time = running time − wasted progress; goodput = productive time / total time.
 
 Each part of the timeline says the zones it happened in (the `zone` of its entries): one zone,
@@ -22,7 +26,8 @@ or while a first-active race runs, every zone queued in. Entries about a race's 
 (`racing`) move neither the zone nor, but for their states, the queued resource's phase.
 
 Program start-up inside the job, data loading and checkpoint saves count as productive here:
-only the training code can measure those.
+only the training code can measure those. A run that gave up kept its workers' last log lines
+(`job.logs`): the report carries them (`logs`), since the workers are gone.
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ from typing import Any, ClassVar, Protocol
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES
 from tpuctl.envelope import Result
 
-BUCKETS = ("queueing", "provisioning", "disruption_recovery", "wasted_progress")
+BUCKETS = ("queueing", "provisioning", "disruption_recovery", "between_runs", "wasted_progress")
+PHASES = ("queueing", "provisioning", "running", "disruption_recovery", "between_runs")
+# How an attempt of the run ended, and the status it gives the report.
+_FINISHES = {"run.done": "done", "run.gave_up": "given_up", "run.stopped": "stopped"}
 _DISRUPTION_STARTS = {
     "preemption.detected": "preemption",
     "job.failed": "job failure",
@@ -118,13 +126,71 @@ class Disruption:
 
 
 @dataclass
+class FlexRun:
+    """One flex-start run of the job (the time between two run ends): its share of the total
+    time, how much of it ran, and what its end cost (the gap until the job ran again, the
+    steps computed twice)."""
+
+    run: int
+    start: datetime
+    end: datetime
+    running_seconds: float = 0.0
+    ended: bool = False  # taken back at its maximum run duration (else: the current or last)
+    termination_time: str | None = None
+    running_again_at: datetime | None = None
+    recomputed_steps: int | None = None
+    wasted_seconds: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    def to_dict(self, total: float) -> dict[str, Any]:
+        gap = (
+            None
+            if self.running_again_at is None or not self.ended
+            else round((self.running_again_at - self.end).total_seconds(), 3)
+        )
+        return {
+            "run": self.run,
+            "start": self.start,
+            "end": self.end,
+            "seconds": round(self.seconds, 3),
+            "share": round(self.seconds / total, 4) if total > 0 else None,
+            "running_seconds": round(self.running_seconds, 3),
+            "ended": self.ended,
+            "termination_time": self.termination_time,
+            "running_again_at": self.running_again_at if self.ended else None,
+            "gap_seconds": gap,
+            "recomputed_steps": self.recomputed_steps,
+            "wasted_seconds": _round(self.wasted_seconds),
+        }
+
+
+@dataclass
+class KeptLogs:
+    """The workers' last log lines a give-up kept (`job.logs`): a few workers' tails in the
+    journal, and where every worker's whole tail went."""
+
+    at: datetime
+    where: str | None
+    tails: dict[str, str]
+    reasons: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "where": self.where, "tails": self.tails, "reasons": self.reasons}
+
+
+@dataclass
 class JobReport(Result):
     """The timeline and goodput of one run (docs/output.md, kind Report)."""
 
     KIND: ClassVar[str] = "Report"
     name: str
     run: str
-    status: str  # done | running | failed | interrupted | unknown
+    # done | given_up | stopped | running | interrupted | failed (a journal from before runs
+    # recorded how they ended) | unknown
+    status: str
     started_at: datetime
     ended_at: datetime
     total_seconds: float
@@ -138,6 +204,8 @@ class JobReport(Result):
     latest_step: int | None = None
     entries: int = 0
     notes: list[str] = field(default_factory=list)
+    flex_runs: list[FlexRun] = field(default_factory=list)
+    logs: KeptLogs | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +229,8 @@ class JobReport(Result):
             "latest_step": self.latest_step,
             "entries": self.entries,
             "notes": self.notes,
+            "flex_runs": [run.to_dict(self.total_seconds) for run in self.flex_runs],
+            "logs": None if self.logs is None else self.logs.to_dict(),
         }
 
 
@@ -169,11 +239,14 @@ class _State:
     qr: str | None = None
     running: bool = False
     disrupted: bool = False
+    between: bool = False  # a flex-start run ended; the next has not run the job yet
     zones: tuple[str, ...] = ()
 
     def phase(self) -> str:
         if self.disrupted:
             return "disruption_recovery"
+        if self.between:
+            return "between_runs"
         if self.running:
             return "running"
         if self.qr is None or self.qr == GONE or self.qr in QUEUE_STATES:
@@ -209,11 +282,11 @@ def build_report(
             notes=["the Journal has no entries for this run"],
         )
     start = ordered[0].timestamp
-    done = next((e for e in ordered if e.kind == "job.done"), None)
-    status, end = _status_and_end(ordered, done, now)
+    status, end = _status_and_end(ordered, now)
     unseen = _runs_never_seen(ordered)
     timeline = _timeline(ordered, start, end, unseen)
     disruptions = _disruptions(ordered, end, unseen)
+    flex_runs = _flex_runs(ordered, start, end, timeline)
     step_seconds = _step_seconds(ordered) or checkpoint_step_seconds
     notes: list[str] = []
     if unseen:
@@ -221,22 +294,24 @@ def build_report(
             "the job ended before tpuctl saw it running (a short run): its running time "
             "counts from when it was started, its setup included"
         )
-    for disruption in disruptions:
-        if disruption.recomputed_steps is not None and step_seconds is not None:
-            disruption.wasted_seconds = disruption.recomputed_steps * step_seconds
-    if step_seconds is None and any(d.recomputed_steps for d in disruptions):
+    recomputed: list[Disruption | FlexRun] = [*disruptions, *flex_runs]
+    for item in recomputed:
+        if item.recomputed_steps is not None and step_seconds is not None:
+            item.wasted_seconds = item.recomputed_steps * step_seconds
+    if step_seconds is None and any(item.recomputed_steps for item in recomputed):
         notes.append("mean step time unknown: wasted progress not counted")
-    totals = dict.fromkeys(("queueing", "provisioning", "running", "disruption_recovery"), 0.0)
+    totals = dict.fromkeys(PHASES, 0.0)
     for phase in timeline:
         totals[phase.phase] += phase.seconds
     total = max(0.0, (end - start).total_seconds())
     running = totals["running"]
-    wasted = min(running, sum(d.wasted_seconds or 0.0 for d in disruptions))
+    wasted = min(running, sum(item.wasted_seconds or 0.0 for item in recomputed))
     productive = running - wasted
     badput = {
         "queueing": totals["queueing"],
         "provisioning": totals["provisioning"],
         "disruption_recovery": totals["disruption_recovery"],
+        "between_runs": totals["between_runs"],
         "wasted_progress": wasted,
     }
     return JobReport(
@@ -256,12 +331,28 @@ def build_report(
         latest_step=latest_step,
         entries=len(ordered),
         notes=notes,
+        flex_runs=flex_runs if any(run.ended for run in flex_runs) else [],
+        logs=_kept_logs(ordered),
     )
 
 
-def _status_and_end(
-    ordered: Sequence[EntryLike], done: EntryLike | None, now: datetime
-) -> tuple[str, datetime]:
+def _status_and_end(ordered: Sequence[EntryLike], now: datetime) -> tuple[str, datetime]:
+    """How the run's current attempt ended (`run.done`, `run.gave_up`, `run.stopped` after its
+    last `run.start`), and when: a done run at its done marker (`job.done`) when there is one.
+    A journal from before runs recorded their end goes by `job.done` and `up.exit`."""
+    starts = [index for index, entry in enumerate(ordered) if entry.kind == "run.start"]
+    attempt = ordered[starts[-1] :] if starts else ordered
+    finish = next((e for e in reversed(attempt) if e.kind in _FINISHES), None)
+    done = next((e for e in attempt if e.kind == "job.done"), None)
+    if finish is not None:
+        status = _FINISHES[finish.kind]
+        if status == "done" and done is not None:
+            return status, done.timestamp
+        return status, finish.timestamp
+    if starts:
+        last = ordered[-1]
+        interrupted = last.kind == "up.exit" and last.fields.get("exit_code") == 130
+        return ("interrupted" if interrupted else "running"), max(now, last.timestamp)
     if done is not None:
         return "done", done.timestamp
     last = ordered[-1]
@@ -327,8 +418,12 @@ def _apply(state: _State, entry: EntryLike) -> None:
     if kind in _DISRUPTION_STARTS:
         state.disrupted = True
         state.running = False
+    elif kind == "run.ended":
+        state.between = True
+        state.running = False
     elif kind in _RUNNING_AGAIN:
         state.disrupted = False
+        state.between = False
         state.running = True
     elif kind == "job.done":
         state.running = False
@@ -347,7 +442,7 @@ def _timeline(
             cursor = at
         _apply(state, entry)
         if index in unseen:
-            state.disrupted, state.running = False, True
+            state.disrupted, state.between, state.running = False, False, True
     if end > cursor:
         _add(phases, Phase(state.phase(), cursor, end, state.zones))
     return phases
@@ -412,6 +507,58 @@ def _disruptions(ordered: Sequence[EntryLike], end: datetime, unseen: set[int]) 
                 target.recomputed_steps = recomputed
                 target.recomputed_exact = True
     return found
+
+
+def _flex_runs(
+    ordered: Sequence[EntryLike], start: datetime, end: datetime, timeline: Sequence[Phase]
+) -> list[FlexRun]:
+    """The job's flex-start runs, split at each `run.ended`: each one's time, its running time,
+    and what its end cost (the gap until the job ran again, steps computed twice)."""
+    runs = [FlexRun(1, start, end)]
+    pending: FlexRun | None = None
+    last_step: int | None = None
+    for entry in ordered:
+        if entry.timestamp > end:
+            break
+        if entry.kind == "run.ended":
+            current = runs[-1]
+            current.end, current.ended = entry.timestamp, True
+            when = entry.fields.get("termination_time")
+            current.termination_time = str(when) if when else None
+            value = entry.fields.get("last_step")
+            last_step = value if isinstance(value, int) else None
+            pending = current
+            runs.append(FlexRun(current.run + 1, entry.timestamp, end))
+        elif entry.kind in _RUNNING_AGAIN and pending is not None:
+            pending.running_again_at = entry.timestamp
+            resumed = entry.fields.get("resumed_from")
+            if isinstance(resumed, int) and last_step is not None:
+                pending.recomputed_steps = max(0, last_step - resumed)
+            pending = None
+    for run in runs:
+        run.running_seconds = sum(
+            _overlap(phase, run.start, run.end) for phase in timeline if phase.phase == "running"
+        )
+    return runs
+
+
+def _overlap(phase: Phase, start: datetime, end: datetime) -> float:
+    return max(0.0, (min(phase.end, end) - max(phase.start, start)).total_seconds())
+
+
+def _kept_logs(ordered: Sequence[EntryLike]) -> KeptLogs | None:
+    """The last `job.logs` entry: the workers' last lines a give-up kept."""
+    entry = next((e for e in reversed(ordered) if e.kind == "job.logs"), None)
+    if entry is None:
+        return None
+    tails, reasons = entry.fields.get("tails"), entry.fields.get("reasons")
+    where = entry.fields.get("where")
+    return KeptLogs(
+        at=entry.timestamp,
+        where=str(where) if where else None,
+        tails={str(k): str(v) for k, v in tails.items()} if isinstance(tails, dict) else {},
+        reasons={str(k): str(v) for k, v in reasons.items()} if isinstance(reasons, dict) else {},
+    )
 
 
 def _step_seconds(ordered: Sequence[EntryLike]) -> float | None:

@@ -80,6 +80,8 @@ class UpOptions:
     # On a capacity ladder, every new bring-up (after a preemption or a run's end) starts
     # from the first rung again.
     prefer_cheapest: bool = False
+    # Stop once the job runs and hand the run over (to a scheduler's tpuctl reconcile).
+    detach: bool = False
 
 
 def up_options(
@@ -141,7 +143,7 @@ class UpResult(Result):
 
     KIND: ClassVar[str] = "Up"
     name: str
-    outcome: str  # done | stopped
+    outcome: str  # done | stopped | detached (--detach: the job runs, handed over)
     preemptions: int = 0
     failures: int = 0
     restarts: int = 0
@@ -152,6 +154,9 @@ class UpResult(Result):
     zone: str | None = None  # where the job ran last
     message: str | None = None
     already: bool = False  # it was over before this up began: nothing was done
+    # --detach: who takes the run on (target, the command, whether it was installed, the
+    # commands that install and remove it); None otherwise.
+    supervisor: dict[str, Any] | None = None
 
 
 class Supervisor:
@@ -284,6 +289,8 @@ class Supervisor:
                 over = decision.action in (FINISH, NOTHING)
                 if over and decision.outcome in (DONE, STOPPED):
                     return self._ended(result, started)
+                if self.options.detach and decision.running is not None:
+                    return self._ended(result, started, detached=True)
                 if over and decision.outcome == GIVEN_UP:
                     # Once what it gave up on is gone (or kept): its error, its exit code.
                     reason = gave_up if gave_up is not None else decision
@@ -319,10 +326,17 @@ class Supervisor:
             self.clock.sleep(min(SLEEP_SLICE, left))
             self._check()
 
-    def _ended(self, result: StepResult, started: datetime) -> UpResult:
+    def _ended(self, result: StepResult, started: datetime, *, detached: bool = False) -> UpResult:
         record, seen = result.record, result.seen
         present = seen.present()
         outcome = "done" if result.decision.outcome == DONE else "stopped"
+        message = result.decision.message
+        if detached:
+            outcome = "detached"
+            message = (
+                f"{self.spec.name}: the job runs ({result.decision.running}); handed over: "
+                "nothing supervises it until a scheduler steps it"
+            )
         zone = record.job_zone
         return UpResult(
             name=self.spec.name,
@@ -335,8 +349,8 @@ class Supervisor:
             started_at=started,
             finished_at=self.clock.now(),
             zone=zone or (self.policy.zones[0] if len(self.policy.zones) == 1 else None),
-            message=result.decision.message,
-            already=not self.acted,
+            message=message,
+            already=not self.acted and not detached,
         )
 
     # ------------------------------------------------------------------------ endings

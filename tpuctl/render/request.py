@@ -21,9 +21,11 @@ from tpuctl.worker import (
     JOB_LABEL,
     MANAGED_BY_LABEL,
     MANAGER,
+    RECORD_METADATA_KEY,
     RUN_LABEL,
     SPEC_HASH_LABEL,
     label_value,
+    record_dir,
 )
 
 if TYPE_CHECKING:
@@ -180,8 +182,12 @@ def node_labels(spec: Spec) -> dict[str, str]:
 
 def node_metadata(spec: Spec, startup_script: str | None = None) -> dict[str, str]:
     """The user's metadata plus the rendered startup script when the spec has a job, unless the
-    spec brings a startup script of its own (tpu.metadata), which then replaces tpuctl's."""
+    spec brings a startup script of its own (tpu.metadata), which then replaces tpuctl's; and
+    for a job with checkpoint.dir, where its run's record lives (tpuctl's key wins)."""
     metadata = dict(spec.tpu.metadata)
+    record = record_dir(spec) if spec.job is not None else None
+    if record is not None:
+        metadata[RECORD_METADATA_KEY] = record
     if spec.job is None or spec.own_startup_script:
         return metadata
     if startup_script is None:

@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -39,11 +39,16 @@ _STDIN_SOURCE = "<stdin>"
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A validated spec, the warnings worth showing, and where each dotted path came from."""
+    """A validated spec, the warnings worth showing, and where each dotted path came from;
+    `text` is the spec as read (before `${VAR}`s and overrides) and `variables` the names of
+    the `${VAR}`s it and its overrides expanded, so the same spec can be loaded again
+    elsewhere (tpuctl reconcile --all) without carrying their values."""
 
     spec: Spec
     warnings: tuple[str, ...]
     locations: Mapping[str, SourceLocation]
+    text: str = ""
+    variables: tuple[str, ...] = ()
 
 
 def load_spec(
@@ -104,7 +109,7 @@ def load_spec_text(
 ) -> LoadedSpec:
     """Validate spec text; `source` names it in messages and becomes `Spec.source`; `now` as
     for load_spec."""
-    env = os.environ if environ is None else environ
+    env = _Recording(os.environ if environ is None else environ)
     document = compose_document(text, source, env)
     if document is None or document.data is None:
         raise SpecError(
@@ -130,7 +135,32 @@ def load_spec_text(
         spec=spec,
         warnings=tuple(builder.warnings),
         locations=MappingProxyType(locations),
+        text=text,
+        variables=tuple(env.read),
     )
+
+
+class _Recording(Mapping[str, str]):
+    """An environment that remembers which names were read from it (the `${VAR}`s expanded),
+    in the order first read."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.read: dict[str, None] = {}
+
+    def __getitem__(self, name: str) -> str:
+        value = self.environ[name]
+        self.read.setdefault(name, None)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.environ)
+
+    def __len__(self) -> int:
+        return len(self.environ)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.environ
 
 
 def resolve_code_path(spec: Spec) -> Path | None:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tpuctl.errors import AuthError, NotFoundError, TpuctlError
-from tpuctl.storage.storage import Entry, Storage, StorageKind, relative_path
+from tpuctl.storage.storage import Entry, Paths, Storage, StorageKind, relative_path
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -167,6 +167,20 @@ class GcsStorage(Storage):
         if not entries and prefix and not self._placeholder_exists(prefix, where):
             raise NotFoundError(f"{where} does not exist", path=where)
         return [entries[name] for name in sorted(entries)]
+
+    def find(self, name: str, path: str = "") -> Paths:
+        prefix = self._dir_prefix(path)
+        own = f"{self.prefix}/" if self.prefix else ""
+        found: Paths = []
+        with _gcs_errors(self.child_url(path)):
+            # No delimiter: every object under the prefix, in one listing; the glob lets the
+            # service send only the names that end so (checkpoints hold many objects).
+            for blob in self.client.list_blobs(
+                self.bucket_name, prefix=prefix or None, match_glob=f"**{name}"
+            ):
+                if posixpath.basename(blob.name) == name and blob.name.startswith(own):
+                    found.append(blob.name[len(own) :])
+        return sorted(found)
 
     def _placeholder_exists(self, prefix: str, where: str) -> bool:
         with _gcs_errors(where):

@@ -65,15 +65,16 @@ class Journal:
 
     def __init__(
         self,
-        spec: Spec,
+        spec: Spec | None,
         *,
         storage: Storage | None = None,
         hostname: str | None = None,
         url: str | None = None,
     ) -> None:
         # `url`: a journal kept elsewhere than beside the checkpoints (a run without
-        # checkpoint.dir keeps its own in this user's state directory).
-        self.url: str | None = url or journal_dir(spec)
+        # checkpoint.dir keeps its own in this user's state directory), or found without its
+        # spec (tpuctl runs).
+        self.url: str | None = url or (journal_dir(spec) if spec is not None else None)
         self._storage = storage
         self.host = _clean_host(hostname if hostname is not None else socket.gethostname())
 

@@ -25,6 +25,7 @@ from tpuctl.files import locked, write_atomic
 from tpuctl.worker import join_location
 
 StorageKind = Literal["local", "gcs"]
+Paths = list[str]  # (a class with a `list` method cannot say list[str] in its body)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,12 @@ class Storage(ABC):
     @abstractmethod
     def list(self, path: str = "") -> list[Entry]:
         """The children of a directory, sorted by name. NotFoundError if it does not exist."""
+
+    @abstractmethod
+    def find(self, name: str, path: str = "") -> Paths:
+        """Every file called `name` at any depth under a directory, as paths relative to this
+        location, sorted; [] when the directory does not exist. One listing on Cloud Storage
+        (by prefix, without a delimiter, the name matched by the service)."""
 
     @abstractmethod
     def exists(self, path: str = "") -> bool:
@@ -163,6 +170,16 @@ class LocalStorage(Storage):
                     Entry(item.name, is_dir, _utc(info.st_mtime), None if is_dir else info.st_size)
                 )
         return sorted(entries, key=lambda entry: entry.name)
+
+    def find(self, name: str, path: str = "") -> Paths:
+        found: Paths = []
+        top = self._path(path)
+        for directory, subdirectories, files in os.walk(top):
+            subdirectories.sort()
+            if name in files:
+                relative = Path(directory, name).relative_to(self.root)
+                found.append(relative.as_posix())
+        return sorted(found)
 
     def exists(self, path: str = "") -> bool:
         with self._errors(path):

@@ -9,4 +9,5 @@ gcloud alpha compute tpus queued-resources create emulator-demo \
     --valid-until-duration=30m \
     --labels=managed-by=tpuctl,tpuctl-job=emulator-demo,tpuctl-spec-hash=d8a3d7e905a5,tpuctl-run=emulator-demo \
     --metadata-from-file=startup-script=startup.sh \
+    --metadata=tpuctl-record=/tmp/tpuctl-demo/ckpt/tpuctl/emulator-demo \
     --autocheckpoint-enabled

@@ -10,4 +10,5 @@ gcloud alpha compute tpus queued-resources create maxtext-v4-ms \
     --valid-until-duration=6h \
     --labels=managed-by=tpuctl,tpuctl-job=maxtext-v4-ms,tpuctl-spec-hash=41e4d8cdbc58,tpuctl-run=llama2-7b-v4-ms \
     --metadata-from-file=startup-script=startup.sh \
+    --metadata=tpuctl-record=gs://my-bucket/maxtext/tpuctl/llama2-7b-v4-ms \
     --autocheckpoint-enabled

@@ -7,4 +7,5 @@ gcloud alpha compute tpus queued-resources create pax-2b \
     --valid-until-duration=4h \
     --labels=managed-by=tpuctl,tpuctl-job=pax-2b,tpuctl-spec-hash=9237149e61be,tpuctl-run=pax-2b \
     --metadata-from-file=startup-script=startup.sh \
+    --metadata=tpuctl-record=gs://my-bucket/pax/lmcloudspmd2b/tpuctl/pax-2b \
     --autocheckpoint-enabled

@@ -8,4 +8,5 @@ gcloud alpha compute tpus queued-resources create spot-v5e \
     --spot \
     --valid-until-duration=12h \
     --labels=managed-by=tpuctl,tpuctl-job=spot-v5e,tpuctl-spec-hash=3cb5326dc087,tpuctl-run=spot-v5e \
-    --metadata-from-file=startup-script=startup.sh
+    --metadata-from-file=startup-script=startup.sh \
+    --metadata=tpuctl-record=gs://my-bucket/spot-v5e/tpuctl/spot-v5e

@@ -13,5 +13,6 @@ gcloud alpha compute tpus queued-resources create maxtext-v6e \
     --service-account=tpu-trainer@my-project.iam.gserviceaccount.com \
     --scopes=https://www.googleapis.com/auth/cloud-platform \
     --metadata-from-file=startup-script=startup.sh \
+    --metadata=tpuctl-record=gs://my-bucket/maxtext-v6e/tpuctl/maxtext-v6e \
     --autocheckpoint-enabled \
     '--description=MaxText on Trillium'

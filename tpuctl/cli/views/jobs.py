@@ -5,7 +5,7 @@ from __future__ import annotations
 from tpuctl.cli.format import MISSING, Style, value
 from tpuctl.cli.views.table import Column, pairs, render
 from tpuctl.jobs.drill_verdict import DrillReport
-from tpuctl.jobs.reconcile.step import ReconcileResult
+from tpuctl.jobs.reconcile.step import ReconcileResult, ReconcilesResult
 from tpuctl.jobs.report import JobReport
 from tpuctl.jobs.up import UpResult
 from tpuctl.storage.checkpoints import CheckpointReport
@@ -25,6 +25,16 @@ DISRUPTION_COLUMNS = (
     Column("RECOMPUTED", align="right"),
 )
 BUCKET_COLUMNS = (Column("BUCKET"), Column("TIME", align="right"), Column("SHARE", align="right"))
+FLEX_RUN_COLUMNS = (
+    Column("RUN", identity=True, align="right"),
+    Column("FROM", drop=2),
+    Column("TO", drop=3),
+    Column("TIME", align="right"),
+    Column("SHARE", align="right"),
+    Column("RUNNING", align="right", drop=1),
+    Column("ENDED"),
+    Column("BACK AFTER", align="right", drop=4),
+)
 CHECKPOINT_COLUMNS = (
     Column("STEP", identity=True, align="right"),
     Column("NAME", identity=True),
@@ -36,6 +46,8 @@ CHECKPOINT_COLUMNS = (
 
 
 def up_view(result: UpResult, _style: Style) -> str:
+    if result.outcome == "detached":
+        return _handed_over(result)
     if result.already:
         return (
             f"{result.message or result.name + ': done'}; nothing was done. To run it again, "
@@ -53,11 +65,61 @@ def up_view(result: UpResult, _style: Style) -> str:
     )
 
 
+def _handed_over(result: UpResult) -> str:
+    where = f" in {result.zone}" if result.zone else ""
+    text = f"{result.message}{where}\n"
+    handover = result.supervisor or {}
+    if handover.get("installed"):
+        text += f"installed: {handover.get('target')} steps it: {handover.get('step')}\n" + "".join(
+            f"remove it with: {command}\n" for command in handover.get("remove") or ()
+        )
+    elif handover.get("command"):
+        text += (
+            f"hand it to a scheduler on this machine: {handover['command']}\n"
+            "(or --on systemd; a scheduler elsewhere: --on kubernetes, cloud-run or github, "
+            "see docs/supervision.md)\n"
+        )
+    return text
+
+
 def reconcile_view(result: ReconcileResult, _style: Style) -> str:
     lines = [f"{result.message}"]
     if result.outcome == "in_progress" and result.next_in_s is not None and not result.held_by:
         lines.append(f"in progress: the next step is useful in {value(result.next_in_s)} s")
     return "\n".join(lines) + "\n"
+
+
+RECONCILES_COLUMNS = (
+    Column("NAME", identity=True),
+    Column("OUTCOME"),
+    Column("CODE", align="right", drop=2),
+    Column("ACTION", drop=1),
+    Column("MESSAGE", shrink=True),
+)
+
+
+def reconciles_view(result: ReconcilesResult, style: Style) -> str:
+    rows: list[list[object]] = [
+        [run.name, run.outcome.replace("_", " "), run.code, run.action, run.message]
+        for run in result.runs
+    ]
+    rows += [
+        [error.name or error.record_url or MISSING, "error", error.exit_code, MISSING,
+         error.message + (f" ({error.hint})" if error.hint else "")]
+        for error in result.errors
+    ]  # fmt: skip
+    where = " and ".join(
+        [*([result.bucket] if result.bucket else []),
+         *([f"project {result.project}"] if result.project else [])]
+    )  # fmt: skip
+    if not rows:
+        text = f"no runs found in {where}\n"
+    else:
+        text = render(RECONCILES_COLUMNS, rows, width=style.width)
+    text += "".join(
+        f"skipped {item['name']} in {item['zone']}: {item['reason']}\n" for item in result.skipped
+    )
+    return text
 
 
 def drill_view(report: DrillReport, style: Style) -> str:
@@ -118,6 +180,8 @@ def report_view(result: JobReport, style: Style) -> str:
     else:
         text += "no disruptions\n"
     total = result.total_seconds
+    if result.flex_runs:
+        text += "\n" + _flex_runs(result, style)
     buckets: list[list[object]] = [
         [key.replace("_", " "), style.duration(seconds), _share(seconds, total)]
         for key, seconds in result.badput.items()
@@ -128,7 +192,43 @@ def report_view(result: JobReport, style: Style) -> str:
     text += "\n" + render(BUCKET_COLUMNS, buckets, width=style.width)
     step = f" (mean step {result.step_seconds:.3f}s)" if result.step_seconds else ""
     text += "goodput " + (MISSING if goodput is None else f"{goodput:.3f}") + step + "\n"
-    return text + "".join(f"note: {note}\n" for note in result.notes)
+    text += "".join(f"note: {note}\n" for note in result.notes)
+    if result.logs is not None:
+        text += _kept_logs(result, style)
+    return text
+
+
+def _flex_runs(result: JobReport, style: Style) -> str:
+    """Each flex-start run's share of the time, apart from the disruptions."""
+    rows: list[list[object]] = []
+    for run in result.flex_runs:
+        document = run.to_dict(result.total_seconds)
+        rows.append(
+            [
+                run.run,
+                style.time(run.start),
+                style.time(run.end),
+                style.duration(run.seconds),
+                _percent(document["share"]),
+                style.duration(run.running_seconds),
+                "at its maximum run duration" if run.ended else "no (the last)",
+                style.duration(document["gap_seconds"]),
+            ]
+        )
+    return render(FLEX_RUN_COLUMNS, rows, width=style.width)
+
+
+def _kept_logs(result: JobReport, style: Style) -> str:
+    """The workers' last log lines a give-up kept: the workers are gone, these are not."""
+    logs = result.logs
+    assert logs is not None
+    where = f"; every worker's in {logs.where}" if logs.where else ""
+    text = f"\nlast log lines kept at the give-up ({style.time(logs.at)}{where}):\n"
+    for label, tail in sorted(logs.tails.items()):
+        reason = logs.reasons.get(label)
+        text += f"--- {label}" + (f" ({reason})" if reason else "") + " ---\n"
+        text += "".join(f"{line}\n" for line in tail.splitlines())
+    return text
 
 
 def _share(seconds: float, total: float) -> str:

@@ -11,10 +11,10 @@ In the order they are checked:
   ACTIVE, delete the others, claim its zone);
 * its queued resource: queued or provisioning (deadlines), SUSPENDED or FAILED after ACTIVE (a
   preemption, counted once per incarnation: delete, then create again), FAILED before;
-* its job, once ACTIVE (decide_job.py): start it where it does not run, follow it while it runs, and once every
-  worker ended it, wait for the settle period: a disruption is not an end, every worker
-  exiting 0 in one boot is done, anything else a failure (restart, within the budget; a crash
-  loop gives up).
+* its job, once ACTIVE (decide_job.py): start it where it does not run, follow it while it
+  runs, and once every worker ended it, wait for the settle period: a disruption is not an
+  end, every worker exiting 0 in one boot is done, anything else a failure (restart, within
+  the budget; a crash loop gives up).
 
 Every decision is one action; what the step must remember goes to the journal as notes.
 """

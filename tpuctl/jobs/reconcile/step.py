@@ -67,6 +67,10 @@ class StoreLike(Protocol):
 
     def load(self) -> RunRecord: ...
 
+    def begin(self) -> None:
+        """The run starts, or a person's `up` takes it on: keep what a later step needs."""
+        ...
+
     def append(self, kind: str, message: str, fields: dict[str, Any]) -> Written: ...
 
     def save(self, record: RunRecord) -> None: ...
@@ -100,9 +104,14 @@ def run_step(
 ) -> StepResult:
     """One step (see the module doc). `store` loads and saves the record and appends entries
     (RunStore); `new_attempt` starts a new attempt of a run that gave up or was stopped
-    (`tpuctl up` on it); `check` is called before acting (the lease still ours)."""
+    (`tpuctl up` on it, whose first step passes it); `check` is called before acting (the
+    lease still ours). At the run's start, and at the first step of a person's `up`, the store
+    keeps the run's own spec (`begin`) before anything is journaled."""
     record = store.load()
     said: list[Said] = []
+    starting = not record.started or (new_attempt and record.finished in ("gave_up", "stopped"))
+    if starting or new_attempt:
+        store.begin()
 
     def write(kind: str, message: str, **fields: Any) -> None:
         facts = {key: value for key, value in fields.items() if value is not None}
@@ -115,7 +124,7 @@ def run_step(
         if on_said is not None:
             on_said(item)
 
-    if not record.started or (new_attempt and record.finished in ("gave_up", "stopped")):
+    if starting:
         write(
             "run.start",
             f"{policy.name}: supervising the run (attempt {record.attempt + 1}; budgets: "
@@ -214,6 +223,7 @@ class ReconcileResult(Result):
     written: list[dict[str, Any]] = field(default_factory=list)
     held_by: str | None = None  # another supervisor holds the run (nothing was done)
     error: dict[str, Any] | None = None
+    record_url: str | None = None  # the run's record directory (journal, lease, run.json)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -223,6 +233,67 @@ class ReconcileResult(Result):
         if self.outcome == GIVEN_UP and self.error is not None:
             return give_up_error(give_up_of(self.error))
         return None
+
+
+@dataclass(frozen=True)
+class RunError:
+    """A run `tpuctl reconcile --all` found but could not step (its run.json unreadable, a
+    `${VAR}` of its spec unset, its record moved, a zone that could not be listed)."""
+
+    name: str | None
+    record_url: str | None
+    kind: str
+    message: str
+    hint: str | None
+    exit_code: int
+
+    @classmethod
+    def of(cls, error: TpuctlError, *, name: str | None, record_url: str | None) -> RunError:
+        return cls(name, record_url, error.kind, error.message, error.hint, int(error.exit_code))
+
+
+@dataclass
+class ReconcilesResult(Result):
+    """`tpuctl reconcile --all`: one step of every run found (`runs`, each a Reconcile), the
+    runs that could not be stepped (`errors`), and queued resources of runs whose record is
+    out of reach (`skipped`). `code` is the exit code (see `reconciles_code`)."""
+
+    KIND: ClassVar[str] = "Reconciles"
+    bucket: str | None
+    project: str | None
+    code: int
+    runs: list[ReconcileResult] = field(default_factory=list)
+    errors: list[RunError] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode(self.code)
+
+    def exit_error(self) -> TpuctlError | None:
+        failing = [r for r in self.runs if r.outcome == GIVEN_UP]
+        parts = [f"{r.name} gave up ({r.code})" for r in failing]
+        parts += [f"{e.name or e.record_url}: {e.message}" for e in self.errors]
+        if not parts or self.code in (ExitCode.IN_PROGRESS, ExitCode.API_UNAVAILABLE):
+            return None
+        error = TpuctlError("; ".join(parts), hint="tpuctl report SPEC says why a run gave up")
+        error.exit_code = ExitCode(self.code)
+        return error
+
+
+def reconciles_code(runs: list[ReconcileResult], errors: list[RunError]) -> ExitCode:
+    """For a scheduler: the highest code of a run that gave up or could not be stepped, else
+    11 if the TPU API was unavailable, else 12 if any run is in progress, else 0."""
+    failed = [r.code for r in runs if r.outcome == GIVEN_UP]
+    failed += [e.exit_code for e in errors if e.exit_code != ExitCode.API_UNAVAILABLE]
+    if failed:
+        return ExitCode(max(failed))
+    codes = {r.code for r in runs} | {e.exit_code for e in errors}
+    if ExitCode.API_UNAVAILABLE in codes:
+        return ExitCode.API_UNAVAILABLE
+    if ExitCode.IN_PROGRESS in codes:
+        return ExitCode.IN_PROGRESS
+    return ExitCode.OK
 
 
 def reconcile_result(name: str, result: StepResult) -> ReconcileResult:
@@ -284,6 +355,7 @@ def reconcile_once(
             message=f"{policy.name}: nothing done: {held.message}",
             action="nothing",
             held_by=held.message,
+            record_url=getattr(store, "url", None),
         )
     watchdog = _Watchdog(deadline, on_late)
     try:
@@ -291,7 +363,9 @@ def reconcile_once(
             result = run_step(world, store, policy, on_said=on_said, check=keeper.check)
     finally:
         lease.release()
-    return reconcile_result(policy.name, result)
+    reconciled = reconcile_result(policy.name, result)
+    reconciled.record_url = getattr(store, "url", None)
+    return reconciled
 
 
 class _Watchdog:

@@ -113,6 +113,7 @@ class Supervisor(Result):
     install: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    installed: bool = False  # --install: the install commands ran on this machine
 
 
 # ---------------------------------------------------------------------------------- schedule
