@@ -44,6 +44,10 @@ _READ = 65536
 # The last word to a session being closed (timeout, Ctrl-C) waits this long for a key exchange
 # to end rather than leave the remote command running.
 _SIGNAL_WAIT = 1.0
+# At Ctrl-C, how long the signalled commands get to end before their connections close: a
+# connection closed at once can be reset before the worker's sshd has read the signal, which
+# then never reaches the command.
+_SIGNAL_GRACE = 2.0
 FEED_CHUNK = 32768  # stdin (an upload's archive) goes out in slices of this many bytes
 # The longest partial line held for line-wise output; longer ones go out in pieces, each
 # ended by CUT_MARK (an ellipsis) so a reader sees the line was cut, not ended.
@@ -371,6 +375,9 @@ class FanOut:
                 buffer.clear()
 
     def _complete(self, session: Session) -> None:
+        if session.timed_out:  # it ended on the SIGTERM of its --timeout
+            self._timed_out(session)
+            return
         channel = session.channel
         result = session.result
         code = channel.exit_status
@@ -414,14 +421,23 @@ class FanOut:
                 self._service(session)  # output that arrived just in time
                 if session.done:
                     continue
-                send_signal(session.channel, "TERM", wait=_SIGNAL_WAIT)
-                session.result.status = "timeout"
-                session.result.error = (
-                    f"still running after --timeout {self.options.timeout:g} s; sent SIGTERM "
-                    "and closed the session"
-                )
-                self._close(session)
-                self._finish_result(session.result)
+                if not session.timed_out:
+                    # SIGTERM, then the command gets a moment to end before the session closes
+                    # (_complete sees it end; a connection closed at once may lose the signal).
+                    session.timed_out = send_signal(session.channel, "TERM", wait=_SIGNAL_WAIT)
+                    if session.timed_out:
+                        session.deadline = now + _SIGNAL_GRACE
+                        continue
+                self._timed_out(session)
+
+    def _timed_out(self, session: Session) -> None:
+        session.result.status = "timeout"
+        session.result.error = (
+            f"still running after --timeout {self.options.timeout:g} s; sent SIGTERM "
+            "and closed the session"
+        )
+        self._close(session)
+        self._finish_result(session.result)
 
     def _keepalive(self, now: float) -> None:
         """A probe per quiet connection; `keepalive_count` unanswered ones mean it is lost."""
@@ -466,17 +482,28 @@ class FanOut:
             else:
                 self._live[self._index[id(item.result.target)]] = item
         signal_name = self.options.interrupt_signal
-        for session in list(self._live.values()):
-            if session.done:
-                continue
-            if signal_name:
-                send_signal(session.channel, signal_name, wait=_SIGNAL_WAIT)
+        running = [session for session in self._live.values() if not session.done]
+        if signal_name:
+            signalled = [s for s in running if send_signal(s.channel, signal_name, _SIGNAL_WAIT)]
+            _await_exits(signalled, _SIGNAL_GRACE)
+        for session in running:
             session.result.status = "interrupted"
             session.result.error = "still running at Ctrl-C" + (
                 f"; sent SIG{signal_name} and closed the session" if signal_name else ""
             )
             self._close(session)
             self._finish_result(session.result)
+
+
+def _await_exits(sessions: Sequence[Session], grace: float) -> None:
+    """Wait up to `grace` s for these sessions' commands to end (or their channels to close)."""
+    deadline = time.monotonic() + grace
+    waiting = list(sessions)
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
+        while waiting and time.monotonic() < deadline:
+            waiting = [s for s in waiting if not (s.channel.exit_status_ready() or s.channel.closed)]
+            if waiting:
+                time.sleep(0.02)
 
 
 def run_fanout(

@@ -71,6 +71,7 @@ class Session:
         self.began = began  # set-up start, for duration_s
         self.started = 0.0
         self.deadline: float | None = None
+        self.timed_out = False  # SIGTERM sent at its --timeout; it closes at the new deadline
         self.partial: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.probe: threading.Event | None = None
         self.missed = 0
