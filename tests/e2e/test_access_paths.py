@@ -73,7 +73,8 @@ def test_up_survives_a_preemption_through_the_access_path(
         assert "ssh-keys" not in log and f"logging in as {POSIX}" in log
     elif path == "no-published-host-key":  # the first boot's workers and the recreated ones,
         # each pinned once, named in a warning (the recreated ones may come up in two batches)
-        warned = re.findall(r"workers? published no host key in guest attributes: .*\(([^)]*)\)", log)
+        warning = r"workers? published no host key in guest attributes: .*\(([^)]*)\)"
+        warned = re.findall(warning, log)
         labels = sorted(label for line in warned for label in line.split(", "))
         assert labels == sorted(["0/0", "0/1", "1/0", "1/1"] * 2), log
     else:  # every connection of up and of the ssh commands went through a tunnel

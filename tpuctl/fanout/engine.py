@@ -501,7 +501,7 @@ def _await_exits(sessions: Sequence[Session], grace: float) -> None:
     waiting = list(sessions)
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
         while waiting and time.monotonic() < deadline:
-            waiting = [s for s in waiting if not (s.channel.exit_status_ready() or s.channel.closed)]
+            waiting = [s for s in waiting if not s.channel.exit_status_ready()]
             if waiting:
                 time.sleep(0.02)
 
