@@ -159,11 +159,13 @@ def test_bash_completes_spec_files_and_directories(workdir: Path) -> None:
 def test_bash_completes_a_queued_resource_name(project: Project, workdir: Path) -> None:
     qr = project.create_from_spec(project.spec())
     partial = qr.name[: len("job-") + 2]
-    replies, done = bash_complete(["tpuctl", "status", partial], workdir, project.env)
+    # A loaded machine may take more than the 3 s a lookup gets by default to import the client.
+    env = {**project.env, "TPUCTL_COMPLETION_SECONDS": "30"}
+    replies, done = bash_complete(["tpuctl", "status", partial], workdir, env)
     assert replies == [qr.name]
     assert done.stderr == ""
     # Names first, then spec files, for every NAME|SPEC (here: a fan-out command).
-    replies, _ = bash_complete(["tpuctl", "ssh", ""], workdir, project.env)
+    replies, _ = bash_complete(["tpuctl", "ssh", ""], workdir, env)
     assert replies == [qr.name, "configs/", "jax.yml", "job.yaml"]
 
 

@@ -29,6 +29,7 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 # deadline, and the whole lookup (credentials, project resolution, the call) is abandoned after
 # the second, whatever it is blocked on (google-auth probing the GCE metadata server, a
 # black-holed endpoint).
+# TPUCTL_COMPLETION_SECONDS replaces the lookup's deadline (a slow link, a loaded machine).
 RPC_TIMEOUT_SECONDS = 2.0
 LOOKUP_DEADLINE_SECONDS = 3.0
 # Queued resource ids: lowercase letters, digits and hyphens, starting with a letter. A word
@@ -194,7 +195,15 @@ def spec_paths(incomplete: str) -> list[str]:
 def queued_resource_names(params: Mapping[str, Any]) -> list[str]:
     """tpuctl's queued resources where `tpuctl list` (with the command's --project, --zone and
     --impersonate-service-account so far) would look; [] on any failure or at the deadline."""
-    return within_deadline(LOOKUP_DEADLINE_SECONDS, lambda: _list_names(params))
+    return within_deadline(_lookup_deadline(), lambda: _list_names(params))
+
+
+def _lookup_deadline() -> float:
+    try:
+        seconds = float(os.environ.get("TPUCTL_COMPLETION_SECONDS", LOOKUP_DEADLINE_SECONDS))
+    except ValueError:
+        return LOOKUP_DEADLINE_SECONDS
+    return seconds if seconds > 0 else LOOKUP_DEADLINE_SECONDS
 
 
 def _list_names(params: Mapping[str, Any]) -> list[str]:
@@ -205,7 +214,9 @@ def _list_names(params: Mapping[str, Any]) -> list[str]:
 
     location = resolve_location_for(params.get("project"), params.get("zone"), None)
     api = connect_api(location, params.get("impersonate"))
-    api = replace(api, retry_total=0.0, rpc_timeout=RPC_TIMEOUT_SECONDS)
+    # The call gets the lookup's deadline less a second for credentials and project.
+    rpc_timeout = max(RPC_TIMEOUT_SECONDS, _lookup_deadline() - 1.0)
+    api = replace(api, retry_total=0.0, rpc_timeout=rpc_timeout)
     return [entry.name for entry in queries.list_queued_resources(api).queued_resources]
 
 

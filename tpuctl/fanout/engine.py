@@ -17,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import queue
 import selectors
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -98,6 +99,10 @@ class FanOut:
         self._live: dict[int, Session] = {}
         self._connecting: set[Any] = set()
         self._connecting_lock = threading.Lock()
+        # Targets whose command is being started (exec sent, the session not yet posted):
+        # Ctrl-C waits for them, or their commands would run on unsignalled.
+        self._starting: set[int] = set()
+        self._sigint = threading.Event()  # Ctrl-C seen, for the monitor's next step
         self._index = {id(t): i for i, t in enumerate(self.targets)}
         self._setups_over = 0  # set-up outcomes accepted (a session, or a worker's result)
         self._commands: list[bytes] = []
@@ -129,6 +134,8 @@ class FanOut:
                     f"SSH set-up failed: {type(error).__name__}: {error}",
                 )
             self._monitor.post(outcome)
+            with self._connecting_lock:
+                self._starting.discard(index)
             if isinstance(outcome, Session):
                 # Feeding stdin keeps this slot: transfers stay bounded by batch_size too.
                 self._feed(outcome, self.options.stdin)
@@ -180,9 +187,13 @@ class FanOut:
         except BaseException:
             close_transport(transport)
             raise
-        if self._cancel.is_set():
-            close_transport(transport)
-            return self._interrupted(result, began, "interrupted before it started")
+        with self._connecting_lock:
+            if self._cancel.is_set():
+                close_transport(transport)
+                return self._interrupted(result, began, "interrupted before it started")
+            # From here Ctrl-C leaves this transport to the session the monitor will get.
+            self._connecting.discard(transport)
+            self._starting.add(self._index[id(target)])
         session = Session(result, transport, channel, began)
         wake = Wake(self._monitor, session)
         # Duck-typed: BufferedPipe only ever calls set() and clear() on its event.
@@ -252,7 +263,8 @@ class FanOut:
             for thread in threads:
                 thread.start()
             try:
-                self._loop()
+                with self._sigint_deferred():
+                    self._loop()
             except KeyboardInterrupt:
                 interrupted = True
                 self._interrupt()
@@ -265,6 +277,29 @@ class FanOut:
         ]
         return FanoutResult(ordered, time.monotonic() - began, interrupted)
 
+    @contextlib.contextmanager
+    def _sigint_deferred(self) -> Iterator[None]:
+        """Ctrl-C wakes the monitor, which raises KeyboardInterrupt between two of its steps:
+        raised anywhere, it could drop a session just taken from the inbox, whose command would
+        then run on unsignalled. Only where Python's own handler is in place (main thread)."""
+        try:
+            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+                yield
+                return
+
+            def handler(signum: int, frame: Any) -> None:
+                self._sigint.set()
+                self._monitor.wake()
+
+            previous = signal.signal(signal.SIGINT, handler)
+        except ValueError:  # not the main thread: KeyboardInterrupt never comes here
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
     def _loop(self) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self._monitor.fileno, selectors.EVENT_READ)
@@ -272,6 +307,8 @@ class FanOut:
         next_tick = time.monotonic() + keepalive
         try:
             while len(self._results) < len(self.targets):
+                if self._sigint.is_set():
+                    raise KeyboardInterrupt
                 now = time.monotonic()
                 wait = next_tick - now
                 deadlines = [s.deadline for s in self._live.values() if s.deadline is not None]
@@ -470,11 +507,12 @@ class FanOut:
         self._finish_result(session.result)
 
     def _interrupt(self) -> None:
-        self._cancel.set()
         with self._connecting_lock:
+            self._cancel.set()
             connecting = list(self._connecting)
         for transport in connecting:
             close_transport(transport)
+        _await(lambda: not self._starting, _SIGNAL_GRACE)  # commands being started: signal them too
         inbox, _ = self._monitor.take()
         for item in inbox:
             if isinstance(item, WorkerResult):
@@ -483,27 +521,29 @@ class FanOut:
                 self._live[self._index[id(item.result.target)]] = item
         signal_name = self.options.interrupt_signal
         running = [session for session in self._live.values() if not session.done]
-        if signal_name:
-            signalled = [s for s in running if send_signal(s.channel, signal_name, _SIGNAL_WAIT)]
-            _await_exits(signalled, _SIGNAL_GRACE)
+        signalled = [
+            s for s in running if signal_name and send_signal(s.channel, signal_name, _SIGNAL_WAIT)
+        ]
+        _await(lambda: all(s.channel.exit_status_ready() for s in signalled), _SIGNAL_GRACE)
         for session in running:
             session.result.status = "interrupted"
             session.result.error = "still running at Ctrl-C" + (
-                f"; sent SIG{signal_name} and closed the session" if signal_name else ""
+                ""
+                if not signal_name
+                else f"; sent SIG{signal_name} and closed the session"
+                if session in signalled
+                else f"; SIG{signal_name} could not be sent, closed the session"
             )
             self._close(session)
             self._finish_result(session.result)
 
 
-def _await_exits(sessions: Sequence[Session], grace: float) -> None:
-    """Wait up to `grace` s for these sessions' commands to end (or their channels to close)."""
+def _await(done: Callable[[], bool], grace: float) -> None:
+    """Wait up to `grace` s for `done()` (commands ending, set-ups handing over) at Ctrl-C."""
     deadline = time.monotonic() + grace
-    waiting = list(sessions)
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop waiting
-        while waiting and time.monotonic() < deadline:
-            waiting = [s for s in waiting if not s.channel.exit_status_ready()]
-            if waiting:
-                time.sleep(0.02)
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def run_fanout(

@@ -99,6 +99,13 @@ class Monitor:
             with contextlib.suppress(BlockingIOError):
                 os.write(self._write_fd, b"x")
 
+    def wake(self) -> None:
+        """Wake the monitor from a signal handler: no lock (the interrupted thread may hold
+        it); a spare byte in the pipe is drained by the next take()."""
+        if not self._closed:
+            with contextlib.suppress(OSError):
+                os.write(self._write_fd, b"x")
+
     def notify(self, session: Session) -> None:
         with self._lock:
             self._ready.add(session)
