@@ -87,7 +87,7 @@ def test_a_ladder_climbs_from_spot_through_flex_start_to_on_demand(
     admin.capacity({"v6e": 0}, zone=zone)  # spot (and on-demand) find nothing, for now
     admin.capacity({"v6e": 8}, zone=zone, flex_start=True)
     job = make_job(
-        steps=300,
+        steps=220,
         step_seconds=0.1,
         checkpoint_every=100_000,
         slices=1,
@@ -101,7 +101,7 @@ def test_a_ladder_climbs_from_spot_through_flex_start_to_on_demand(
         "    - {tier: spot}\n"
         "    - {tier: flex-start, max_run_duration: 10m}\n"
         "    - {tier: on-demand}\n"
-        "deadlines:\n  queue: 20s\n"
+        "deadlines:\n  queue: 12s\n"
     )
     _capacity_spec(job, zone, ladder, job.steps)
     job.start_up()

@@ -110,7 +110,7 @@ def _one_trainer_per_boot(job: Job, workers: int = 2) -> None:
 def test_a_shell_loop_of_reconcile_steps_sees_a_run_through_preemption_and_maintenance(
     make_job: Callable[..., Job], emulator: Any, tmp_path: Path
 ) -> None:
-    job = make_job(steps=600, slices=2, conventionless=True, checkpoint_every=10)
+    job = make_job(steps=300, slices=2, conventionless=True, checkpoint_every=10)
     loop = subprocess.Popen(
         [
             "bash",
