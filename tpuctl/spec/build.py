@@ -40,7 +40,7 @@ from tpuctl.spec.model import (
 )
 from tpuctl.spec.yamlsource import join_path
 from tpuctl.topology import (
-    IRONWOOD_FIX,
+    COMPUTE_WHY,
     IRONWOOD_WHY,
     Accelerator,
     AcceleratorError,
@@ -227,23 +227,20 @@ class Builder:
     def tpu(self, tpu: Values) -> tuple[TpuSpec, Accelerator]:
         type_name: str | None = None
         topology: str | None = None
+        api: str = tpu["api"]
         try:
             if "accelerator" in tpu:
-                accelerator = parse_accelerator(tpu["accelerator"])
+                accelerator = parse_accelerator(tpu["accelerator"], api=api)
             else:
-                accelerator = from_type_topology(tpu["type"], tpu["topology"])
+                accelerator = from_type_topology(tpu["type"], tpu["topology"], api=api)
                 type_name, topology = accelerator.family.prefix, accelerator.topology
         except AcceleratorError as exc:
             if "accelerator" in tpu:
                 path = "tpu.accelerator"
             else:
-                unknown = str(exc).startswith(("unknown TPU type", IRONWOOD_WHY))
+                unknown = str(exc).startswith(("unknown TPU type", IRONWOOD_WHY, COMPUTE_WHY))
                 path = "tpu.type" if unknown else "tpu.topology"
-            hint = (
-                IRONWOOD_FIX
-                if str(exc).startswith(IRONWOOD_WHY)
-                else "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8"
-            )
+            hint = exc.fix or "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8"
             raise self.error(str(exc), path, hint) from None
         slices: int = tpu["slices"]
         if slices > 1 and not accelerator.supports_multislice:
@@ -271,6 +268,7 @@ class Builder:
             metadata=tpu["metadata"],
             description=tpu["description"],
             **self.node_settings(tpu, slices),
+            api=tpu["api"],
         )
         return spec, accelerator
 
