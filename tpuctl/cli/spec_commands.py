@@ -104,7 +104,23 @@ def render(
     for warning in warnings:
         _warn(warning)
     result = Rendered(what, location.project, location.zone)  # type: ignore[arg-type]
-    if what == "gcloud":
+    if spec.tpu.api == "compute":
+        from tpuctl.render.compute import render_compute
+        from tpuctl.render.compute_gcloud import render_compute_gcloud
+
+        plan = render_compute(
+            spec,
+            project=location.project,
+            zone=location.zone,
+            run_name=spec.name,
+            startup_script=None,
+        )
+        result.api = "compute"
+        if what == "gcloud":
+            result.gcloud = render_compute_gcloud(plan)
+        else:
+            result.requests = [request.as_dict() for request in plan.requests]
+    elif what == "gcloud":
         result.gcloud = render_gcloud(spec, project=location.project, zone=location.zone)
     else:
         request = render_request(spec, project=location.project, zone=location.zone)

@@ -27,7 +27,9 @@ class Validation(Result):
 @dataclass
 class Rendered(Result):
     """What `create` would send: the request (proto field names), the startup script, or the
-    equivalent gcloud line; the other two are None. No credentials, no network."""
+    equivalent gcloud line; the other two are None. No credentials, no network. A
+    `tpu.api: compute` spec's request is `requests` instead: every Compute Engine call in
+    order, each {method, scope, body}."""
 
     KIND: ClassVar[str] = "Render"
     what: RenderWhat
@@ -36,3 +38,5 @@ class Rendered(Result):
     request: dict[str, Any] | None = None
     startup_script: str | None = None
     gcloud: str | None = None
+    api: str = "tpu"
+    requests: list[dict[str, Any]] | None = None
