@@ -204,9 +204,11 @@ def test_validate_names_the_api_default_and_the_cloud_tpu_api_is_unchanged(
 ) -> None:
     spec = load_spec_text(minimal).spec
     assert spec.tpu.api == "tpu"
-    outcome = invoke(["validate", str(write_spec(compute_spec()))])
+    path = write_spec(compute_spec())
+    outcome = invoke(["validate", str(path)])
     assert outcome.exit_code == 0, outcome.stderr
-    assert "v6e-8" in outcome.stdout
+    assert outcome.stdout == f"{path} is valid: demo, 1× v6e-8 (on-demand, on Compute Engine)\n"
+    assert invoke(["validate", str(path), "--format", "json"]).json()["api"] == "compute"
 
 
 def test_flex_start_for_v5p_is_compute_engines_to_judge_not_cloud_tpus(

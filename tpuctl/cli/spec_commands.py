@@ -62,6 +62,7 @@ def validate(spec_path: str, overrides: tuple[str, ...]) -> None:
         True, spec.name, spec_path, spec.tpu.accelerator, spec.tpu.slices, spec.capacity.tier
     )
     result.warnings = warnings
+    result.api = spec.tpu.api
     emit(result, validation_view)
 
 

@@ -22,6 +22,7 @@ class Validation(Result):
     slices: int
     tier: str
     warnings: list[str] = field(default_factory=list)
+    api: str = "tpu"  # tpu.api: who makes the slices (tpu: Cloud TPU, compute: Compute Engine)
 
 
 @dataclass

@@ -22,9 +22,10 @@ MODE_COLUMNS = (
 
 
 def validation_view(result: Validation, _style: Style) -> str:
+    where = ", on Compute Engine" if result.api == "compute" else ""
     return (
         f"{result.source} is valid: {result.name}, {result.slices}× {result.accelerator} "
-        f"({result.tier})\n"
+        f"({result.tier}{where})\n"
     )
 
 
