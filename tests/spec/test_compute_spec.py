@@ -58,6 +58,13 @@ REFUSALS = {
         "not v5e",
         "set tpu.api: tpu",
     ),
+    "an unknown accelerator on Compute Engine": (
+        compute_spec("  accelerator: v9-8\n"),
+        "tpu.accelerator",
+        "accelerator: v9-8",
+        "known families: v5p-N, v6e-N, tpu7x-N",
+        "e.g. v5p-8, v6e-8 or tpu7x-8",
+    ),
     "multislice on Compute Engine": (
         compute_spec("  accelerator: v6e-8\n  slices: 2\n"),
         "tpu.slices",

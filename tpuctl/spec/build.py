@@ -246,7 +246,12 @@ class Builder:
             else:
                 unknown = str(exc).startswith(("unknown TPU type", IRONWOOD_WHY, COMPUTE_WHY))
                 path = "tpu.type" if unknown else "tpu.topology"
-            hint = exc.fix or "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8"
+            examples = (
+                "v5p-8, v6e-8 or tpu7x-8"
+                if api == "compute"
+                else "v4-16, v5p-8, v5litepod-16 or v6e-8"
+            )
+            hint = exc.fix or f"e.g. {examples}"
             raise self.error(str(exc), path, hint) from None
         slices: int = tpu["slices"]
         if api == "compute":
