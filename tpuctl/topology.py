@@ -9,7 +9,12 @@ from tpuctl.errors import quoted
 
 
 class AcceleratorError(ValueError):
-    """An accelerator type or topology tpuctl does not know; the message lists what it does."""
+    """An accelerator type or topology tpuctl does not know; the message lists what it does,
+    `fix` (when set) what to change in the spec."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,22 @@ _TYPE_ALIASES = {
 }
 MAX_SLICES = 256
 
+# TPU7x (Ironwood): two TensorCores a chip (the TPU7x page of the Cloud TPU documentation), so
+# its accelerator type counts TensorCores as v5p's does (`tpu7x-8`: 4 chips, one VM); four
+# chips a VM, 9,216 chips a pod. Offered only on Compute Engine (and GKE).
+TPU7X = Family(
+    "tpu7x", "tpu7x", "TPU7X", True, tuple(range(8, 18432 + 1, 8)), 3, False, ()
+)  # fmt: skip
+# The generations Compute Engine offers as TPU VM instances (accelerator-optimized machine
+# types), and the machine type of each: chips a VM → name.
+COMPUTE_FAMILIES: tuple[Family, ...] = (_BY_PREFIX["v5p"], _BY_PREFIX["v6e"], TPU7X)
+COMPUTE_MACHINE_TYPES: dict[str, dict[int, str]] = {
+    "v5p": {4: "ct5p-hightpu-4t"},
+    "v6e": {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
+    "tpu7x": {4: "tpu7x-standard-4t"},
+}
+_COMPUTE_BY_PREFIX = {family.prefix: family for family in COMPUTE_FAMILIES}
+
 # What the Cloud TPU API lists of the newest generations (the v5e, v6e and v5p pages of the
 # Cloud TPU documentation, read 2025-09): v5e and v6e come in these shapes only; a v5p slice
 # is at most 16x16x24 (6,144 chips, 96 cubes: v5p-12288), shapes below a cube (64 chips) are
@@ -75,11 +96,20 @@ IRONWOOD_WHY = (
     "TPU7x (Ironwood) is offered only through Compute Engine and GKE, not the Cloud TPU API"
 )
 IRONWOOD_FIX = "set tpu.api: compute (TPU VMs as Compute Engine instances), or use GKE"
+COMPUTE_WHY = "Compute Engine offers TPU VMs of v5p, v6e and tpu7x only"
+COMPUTE_FIX = (
+    "set tpu.api: tpu (the Cloud TPU API's queued resources), or a v5p, v6e or tpu7x accelerator"
+)
 
 
-def known_families() -> str:
+def known_families(api: str = "tpu") -> str:
     """Human list of accepted forms, for error messages."""
-    return ", ".join(f"{family.prefix}-N" for family in FAMILIES)
+    return ", ".join(f"{family.prefix}-N" for family in _families(api))
+
+
+def _families(api: str) -> tuple[Family, ...]:
+    """The generations `api` offers (tpu: Cloud TPU's queued resources; compute)."""
+    return COMPUTE_FAMILIES if api == "compute" else FAMILIES
 
 
 @dataclass(frozen=True)
@@ -112,15 +142,28 @@ class Accelerator:
         }
 
 
-def parse_accelerator(text: str) -> Accelerator:
-    """`"v4-16"` or `"v5litepod-16"` → Accelerator; AcceleratorError when unknown."""
+def _family_for(name: str, api: str, aliases: dict[str, Family]) -> Family | None:
+    """The family `name` names for `api`; AcceleratorError when that API does not offer it."""
+    if name in _IRONWOOD:
+        if api == "compute":
+            return TPU7X
+        raise AcceleratorError(f"{IRONWOOD_WHY} (which offers {_api_families()})", IRONWOOD_FIX)
+    family = aliases.get(name)
+    if family is not None and api == "compute" and family.prefix not in _COMPUTE_BY_PREFIX:
+        raise AcceleratorError(
+            f"{COMPUTE_WHY}, not {family.generation} (the Cloud TPU API offers it)", COMPUTE_FIX
+        )
+    return family
+
+
+def parse_accelerator(text: str, *, api: str = "tpu") -> Accelerator:
+    """`"v4-16"` or `"v5litepod-16"` → Accelerator; AcceleratorError when unknown, or when
+    `api` ("tpu": Cloud TPU's queued resources, "compute": Compute Engine) does not offer it."""
     prefix, dash, number = text.strip().lower().rpartition("-")
-    family = _BY_PREFIX.get(prefix) if dash else None
-    if family is None and prefix in _IRONWOOD:
-        raise AcceleratorError(f"{IRONWOOD_WHY} (which offers {_api_families()})")
+    family = _family_for(prefix, api, _BY_PREFIX) if dash else None
     if family is None or not number.isdigit():
         raise AcceleratorError(
-            f"unknown accelerator type {quoted(text)}; known families: {known_families()}"
+            f"unknown accelerator type {quoted(text)}; known families: {known_families(api)}"
         )
     size = int(number)
     if size not in family.sizes:
@@ -179,15 +222,14 @@ def _check_listed(family: Family, chips: int, topology: str | None) -> None:
         )
 
 
-def from_type_topology(type_name: str, topology: str) -> Accelerator:
-    """`type: v5litepod` + `topology: 4x4` → Accelerator (the accelerator_config form)."""
-    family = _TYPE_ALIASES.get(type_name.strip().lower())
-    if family is None and type_name.strip().lower() in _IRONWOOD:
-        raise AcceleratorError(f"{IRONWOOD_WHY} (which offers {_api_families()})")
+def from_type_topology(type_name: str, topology: str, *, api: str = "tpu") -> Accelerator:
+    """`type: v5litepod` + `topology: 4x4` → Accelerator (the accelerator_config form); `api`
+    as for parse_accelerator."""
+    family = _family_for(type_name.strip().lower(), api, _TYPE_ALIASES)
     if family is None:
         raise AcceleratorError(
             f"unknown TPU type {quoted(type_name)}; known types: "
-            + ", ".join(family.prefix for family in FAMILIES)
+            + ", ".join(family.prefix for family in _families(api))
         )
     try:
         dims = [int(part) for part in topology.lower().split("x")]
@@ -270,3 +312,10 @@ MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert", "pipeline", "autore
 
 def mesh_product(axes: dict[str, int]) -> int:
     return math.prod(axes.values()) if axes else 1
+
+
+def compute_machine_type(accelerator: Accelerator) -> str:
+    """The Compute Engine machine type of one VM of the slice: `v6e-8` → ct6e-standard-8t,
+    `v5p-16` → ct5p-hightpu-4t (two of them). KeyError for a generation Compute Engine does
+    not offer (refused when the spec is loaded)."""
+    return COMPUTE_MACHINE_TYPES[accelerator.generation][accelerator.chips_per_vm]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from tpuctl.spec.model import (
     API_VERSION,
+    APIS,
     DISK_MODES,
     FRAMEWORKS,
     TIERS,
@@ -111,18 +112,27 @@ _BOUND_DOC = _DURATION_DOC + " or an RFC 3339 time with a timezone"
 
 TPU_FIELDS = (
     Field(
+        "api",
+        "str",
+        "Which API makes the slices: tpu (the Cloud TPU API's queued resources: v2 to v6e) "
+        "or compute (Compute Engine: a TPU VM is an instance, a multi-host slice a bulk "
+        "managed instance group; v5p, v6e and tpu7x, one slice). See docs/compute-engine.md.",
+        default="tpu",
+        enum=APIS,
+    ),
+    Field(
         "accelerator",
         "str",
-        "Accelerator type of one slice, e.g. v4-16, v5p-8, v5litepod-16, v6e-8 (the number "
-        "counts TensorCores for v2/v3/v4/v5p and chips for v5e/v6e). Give this, or type + "
-        "topology.",
+        "Accelerator type of one slice, e.g. v4-16, v5p-8, v5litepod-16, v6e-8, tpu7x-8 (the "
+        "number counts TensorCores for v2/v3/v4/v5p/tpu7x and chips for v5e/v6e). Give this, "
+        "or type + topology.",
         example="v4-16",
     ),
     Field(
         "type",
         "str",
         "TPU generation for the accelerator_config form, used with topology: v2, v3, v4, v5p, "
-        "v5litepod (v5e) or v6e.",
+        "v5litepod (v5e), v6e or (with api: compute) tpu7x.",
         example="v5litepod",
     ),
     Field(
@@ -136,7 +146,10 @@ TPU_FIELDS = (
     Field(
         "runtime",
         "str",
-        "TPU VM runtime (software) version, e.g. tpu-ubuntu2204-base, v2-alpha-tpuv5-lite.",
+        "TPU VM runtime (software) version, e.g. tpu-ubuntu2204-base, v2-alpha-tpuv5-lite; "
+        "with api: compute the boot disk's image: an image family of "
+        "ubuntu-os-accelerator-images (e.g. ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e), or "
+        "projects/P/global/images/NAME (or …/images/family/FAMILY).",
         required=True,
         example="tpu-ubuntu2204-base",
     ),

@@ -195,7 +195,13 @@ def spec_fingerprint(spec: Spec) -> str:
 
 _LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "capacity": {"max_run_duration": None, "fallback": []},
-    "tpu": {"boot_disk": None, "data_disks": [], "secure_boot": False, "workload_type": None},
+    "tpu": {
+        "boot_disk": None,
+        "data_disks": [],
+        "secure_boot": False,
+        "workload_type": None,
+        "api": "tpu",
+    },
 }
 
 

@@ -24,6 +24,11 @@ TIERS: tuple[Tier, ...] = (
 # Tiers that draw from a named reservation.
 RESERVATION_TIERS: tuple[Tier, ...] = ("reserved", "reservation-bound")
 
+# Which Google API makes the slices: the Cloud TPU API's queued resources, or Compute Engine
+# (a TPU VM is an instance; a multi-host slice a bulk managed instance group).
+Api = Literal["tpu", "compute"]
+APIS: tuple[Api, ...] = ("tpu", "compute")
+
 # Multislice: how the service places the slices (MultiNodeParams.workload_type).
 WorkloadType = Literal["throughput-optimized", "availability-optimized"]
 WORKLOAD_TYPES: tuple[WorkloadType, ...] = ("throughput-optimized", "availability-optimized")
@@ -82,6 +87,7 @@ class TpuSpec:
     data_disks: tuple[DataDiskSpec, ...] = ()
     secure_boot: bool = False  # shielded VM secure boot
     workload_type: WorkloadType | None = None  # multislice only
+    api: Api = "tpu"
 
 
 @dataclass(frozen=True)
