@@ -79,6 +79,21 @@ def test_without_autocheckpoint_the_steps_since_the_last_checkpoint_are_allowed(
     assert beyond.verdict.startswith("FAILED: progress lost beyond what the event allows")
 
 
+def test_a_checkpoint_completed_after_the_resume_is_not_one_it_could_have_used() -> None:
+    """A slice failure: slice 0 ran on to step 57 and saved its part of step 50, which became
+    complete only when the replaced slice, up later than worker 0's resume from 40, saved its
+    own: 40 was the latest checkpoint the new process could use."""
+    late = verdict(
+        drill="slice-failure",
+        autocheckpoint=True,
+        old_log="step 57/100\n",
+        new_log="resumed from step 40\nstep 41/100\n",
+        before={40},
+        after={40, 50},
+    )
+    assert (late.ok, late.recomputed_steps, late.allowed_steps) == (True, 17, 17)
+
+
 def test_no_step_lines_at_all_is_no_verdict_but_a_failure() -> None:
     blind = verdict(old_log="", new_log="", before=set(), after=set())
     assert not blind.ok and "could not tell" in blind.verdict

@@ -90,7 +90,11 @@ def judge(
             "the event is the last one seen before the trigger, a lower bound"
         )
     report.resumed_from = new.resume_point
-    known = before_steps | after_steps
+    # A checkpoint complete only after the event counts if the new process could have used
+    # it: one past where it resumed was completed later (a job resumes from its latest
+    # complete checkpoint), e.g. by a replaced slice that came up late and saved its part.
+    resumed = report.resumed_from
+    known = before_steps | {s for s in after_steps if resumed is None or s <= resumed}
     if report.resumed_from is not None and report.resumed_from > 0:
         known.add(report.resumed_from)
     event = report.step_at_event
