@@ -258,6 +258,7 @@ def test_download_says_each_workers_reason_and_no_empty_summary(
     assert "no-such-results: no such file or directory" in row, row
     assert "exited with" not in row  # the exit code has its column; the reason is the note
 
+    qr.home(0, 1).mkdir(parents=True, exist_ok=True)  # made at a first login otherwise
     (qr.home(0, 1) / "some.txt").write_text("here\n")
     some = tpuctl("download", qr.name, "some.txt", str(tmp_path / "some"), "--all")
     assert some.exit_code == 3
