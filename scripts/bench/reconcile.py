@@ -77,6 +77,8 @@ def step(env: dict[str, str], spec: Path, *flags: str) -> dict[str, Any]:
     )
     if code not in (0, 12):
         raise SystemExit(f"reconcile exited {code}: {out[-2000:]}")
+    if "}" not in out:
+        raise SystemExit(f"reconcile {flags} printed no JSON (exit {code}): {out[-2000:]}")
     document = json.loads(out[: out.rindex("}") + 1])
     observed = document["observed"]["workers"] or []
     return {
