@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -218,20 +219,25 @@ def test_the_bodies_gcloud_sends_for_each_flag(
     emulator.admin.reservation(reservation, chips=64, generation="v6e", end="+7d")
     client = emulator.tpu_client()
     seen: dict[str, Any] = {}
+
+    def send(case: str, spec: dict[str, Any]) -> None:
+        track = [] if spec["track"] == "ga" else [spec["track"]]
+        gcloud(
+            *track, "compute", "tpus", "queued-resources", "create", case,
+            f"--zone={ZONE}", "--async", *_fill(spec["flags"], names),
+        )  # fmt: skip
+        resource = f"projects/{project}/locations/{ZONE}/queuedResources/{case}"
+        [request] = emulator.admin.rest_requests(resource)
+        assert request["status"] == 200, f"{case}: the emulator refused gcloud's body"
+        assert request["version"] == ("v2" if spec["track"] == "ga" else "v2alpha1")
+        reverse = {value: key for key, value in names.items()}
+        seen[case] = _fill(request["body"], reverse)
+
     try:
-        for case, spec in recorded["cases"].items():
-            qr_id = case
-            track = [] if spec["track"] == "ga" else [spec["track"]]
-            gcloud(
-                *track, "compute", "tpus", "queued-resources", "create", qr_id,
-                f"--zone={ZONE}", "--async", *_fill(spec["flags"], names),
-            )  # fmt: skip
-            resource = f"projects/{project}/locations/{ZONE}/queuedResources/{qr_id}"
-            [request] = emulator.admin.rest_requests(resource)
-            assert request["status"] == 200, f"{case}: the emulator refused gcloud's body"
-            assert request["version"] == ("v2" if spec["track"] == "ga" else "v2alpha1")
-            reverse = {value: key for key, value in names.items()}
-            seen[case] = _fill(request["body"], reverse)
+        # Each case is its own gcloud process and queued resource: four at a time.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for future in [pool.submit(send, *item) for item in recorded["cases"].items()]:
+                future.result()
     finally:
         for case in seen:
             name = f"projects/{project}/locations/{ZONE}/queuedResources/{case}"
