@@ -122,6 +122,14 @@ def test_a_ladder_climbs_from_spot_through_flex_start_to_on_demand(
     assert [e.kind for e in journal].count("run.ended") == 1
     final = (job.checkpoint_dir / "final.json").read_bytes()
     assert final == job.uninterrupted_final(tmp_path)
+    # The report says which rung each part of the run was on, and its table shows it.
+    report = job.cli("report", str(job.spec), "--format", "json")
+    assert report.exit_code == 0, report.stderr
+    on = [part["rung"] for part in report.json()["timeline"]]
+    assert [rung for i, rung in enumerate(on) if i == 0 or on[i - 1] != rung] == [
+        "spot", "flex-start 10m", "on-demand"
+    ], on  # fmt: skip
+    assert "CAPACITY" in job.cli("report", str(job.spec)).stdout
     # Nothing is left queued or running on any rung.
     assert _left(job, zone) is None
     status = admin.status()

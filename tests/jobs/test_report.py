@@ -113,6 +113,40 @@ def test_the_timeline_says_which_zone_ran_which_part() -> None:
     assert report.badput["queueing"] == 20 and report.badput["provisioning"] == 15
 
 
+def test_each_part_of_a_ladders_timeline_names_its_rung() -> None:
+    entries = [
+        at(0, "up.start"),
+        at(1, "qr.created"),
+        at(20, "capacity.rung", rung=1, name="flex-start 10m", previous=0, why="no capacity"),
+        at(21, "qr.deleted"),
+        at(22, "qr.created", rung=1),
+        at(30, "qr.state", state="ACTIVE"),
+        at(35, "job.running", resumed_from=0),
+        at(60, "run.ended", last_step=40),
+        at(61, "capacity.rung", rung=2, name="on-demand", previous=1, why="no capacity"),
+        at(70, "qr.created", rung=2),
+        at(80, "job.running", resumed_from=40),
+        at(100, "job.done"),
+    ]
+    report = build_report(
+        entries, name="n", run="n", now=T0 + timedelta(hours=1), first_rung="spot"
+    )
+    parts = [(phase.phase, phase.rung, phase.seconds) for phase in report.timeline]
+    assert parts == [
+        ("queueing", "spot", 20),
+        ("queueing", "flex-start 10m", 10),
+        ("provisioning", "flex-start 10m", 5),
+        ("running", "flex-start 10m", 25),
+        ("between_runs", "flex-start 10m", 1),
+        ("between_runs", "on-demand", 19),
+        ("running", "on-demand", 20),
+    ]
+    assert report.timeline[0].to_dict()["rung"] == "spot"
+    # Without a ladder, no rung.
+    plain = build_report(entries[:2], name="n", run="n", now=T0 + timedelta(seconds=5))
+    assert [phase.rung for phase in plain.timeline] == [None]
+
+
 def test_a_journal_without_zones_has_an_empty_zone_list() -> None:
     entries = [at(0, "up.start"), at(1, "qr.created"), at(5, "qr.state", state="ACTIVE")]
     report = build_report(entries, name="n", run="n")

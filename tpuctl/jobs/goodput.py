@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Protocol
 
@@ -80,6 +80,7 @@ class Phase:
     start: datetime
     end: datetime
     zones: tuple[str, ...] = ()  # where it happened (several while zones race); () unknown
+    rung: str | None = None  # the capacity ladder's rung it happened on; None: no ladder
 
     @property
     def seconds(self) -> float:
@@ -92,6 +93,7 @@ class Phase:
             "end": self.end,
             "seconds": round(self.seconds, 3),
             "zones": list(self.zones),
+            "rung": self.rung,
         }
 
 
@@ -241,6 +243,7 @@ class _State:
     disrupted: bool = False
     between: bool = False  # a flex-start run ended; the next has not run the job yet
     zones: tuple[str, ...] = ()
+    rung: str | None = None
 
     def phase(self) -> str:
         if self.disrupted:
@@ -262,8 +265,10 @@ def build_report(
     now: datetime | None = None,
     latest_step: int | None = None,
     checkpoint_step_seconds: float | None = None,
+    first_rung: str | None = None,
 ) -> JobReport:
-    """The timeline and goodput of one run from its Journal entries (see the module doc)."""
+    """The timeline and goodput of one run from its Journal entries (see the module doc);
+    `first_rung` names a capacity ladder's first rung (later ones come from the journal)."""
     ordered = sorted(entries, key=lambda entry: entry.timestamp)
     now = now or datetime.now(timezone.utc)
     if not ordered:
@@ -284,7 +289,7 @@ def build_report(
     start = ordered[0].timestamp
     status, end = _status_and_end(ordered, now)
     unseen = _runs_never_seen(ordered)
-    timeline = _timeline(ordered, start, end, unseen)
+    timeline = _timeline(ordered, start, end, unseen, first_rung)
     disruptions = _disruptions(ordered, end, unseen)
     flex_runs = _flex_runs(ordered, start, end, timeline)
     step_seconds = _step_seconds(ordered) or checkpoint_step_seconds
@@ -400,6 +405,8 @@ def _apply(state: _State, entry: EntryLike) -> None:
     fields = entry.fields
     racing = bool(fields.get("racing"))  # about a zone that is not (yet) the run's
     zone = fields.get("zone")
+    if kind == "capacity.rung" and fields.get("name"):
+        state.rung = str(fields["name"])
     if kind == "zone.race":
         state.zones = tuple(str(zone) for zone in fields.get("zones") or ())
     elif isinstance(zone, str) and zone and not racing:
@@ -430,28 +437,37 @@ def _apply(state: _State, entry: EntryLike) -> None:
 
 
 def _timeline(
-    ordered: Sequence[EntryLike], start: datetime, end: datetime, unseen: set[int]
+    ordered: Sequence[EntryLike],
+    start: datetime,
+    end: datetime,
+    unseen: set[int],
+    first_rung: str | None = None,
 ) -> list[Phase]:
     phases: list[Phase] = []
-    state = _State()
+    state = _State(rung=first_rung)
     cursor = start
     for index, entry in enumerate(ordered):
         at = min(max(entry.timestamp, start), end)
         if at > cursor:
-            _add(phases, Phase(state.phase(), cursor, at, state.zones))
+            _add(phases, Phase(state.phase(), cursor, at, state.zones, state.rung))
             cursor = at
         _apply(state, entry)
         if index in unseen:
             state.disrupted, state.between, state.running = False, False, True
     if end > cursor:
-        _add(phases, Phase(state.phase(), cursor, end, state.zones))
+        _add(phases, Phase(state.phase(), cursor, end, state.zones, state.rung))
     return phases
 
 
 def _add(phases: list[Phase], phase: Phase) -> None:
     last = phases[-1] if phases else None
-    if last and (last.phase, last.zones, last.end) == (phase.phase, phase.zones, phase.start):
-        phases[-1] = Phase(phase.phase, last.start, phase.end, phase.zones)
+    if last and (last.phase, last.zones, last.rung, last.end) == (
+        phase.phase,
+        phase.zones,
+        phase.rung,
+        phase.start,
+    ):
+        phases[-1] = replace(last, end=phase.end)
     else:
         phases.append(phase)
 

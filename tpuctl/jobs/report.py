@@ -28,12 +28,16 @@ def report_for(spec: Spec) -> JobReport:
         )
     entries = journal.entries()
     latest_step, step_seconds = _checkpoint_facts(spec)
+    from tpuctl.spec.ladder import rung_names
+
+    rungs = rung_names(spec)
     report = build_report(
         entries,
         name=spec.name,
         run=spec.run_name,
         latest_step=latest_step,
         checkpoint_step_seconds=step_seconds,
+        first_rung=rungs[0] if rungs else None,
     )
     if not entries:
         report.notes.append(

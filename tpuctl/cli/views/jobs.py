@@ -17,6 +17,7 @@ TIMELINE_COLUMNS = (
     Column("TO", drop=2),
     Column("DURATION"),
 )
+RUNG_COLUMN = Column("CAPACITY", drop=4)
 DISRUPTION_COLUMNS = (
     Column("DISRUPTION"),
     Column("DETECTED", drop=2),
@@ -154,9 +155,11 @@ def report_view(result: JobReport, style: Style) -> str:
         f"{style.duration(result.total_seconds)} from {style.time(result.started_at)} to "
         f"{style.time(result.ended_at)}; latest step {value(result.latest_step)}\n"
     )
+    ladder = any(phase.rung for phase in result.timeline)  # a CAPACITY column: which rung
     timeline = [
         [
             phase.phase,
+            *([phase.rung or MISSING] if ladder else []),
             ",".join(phase.zones) or MISSING,
             style.time(phase.start),
             style.time(phase.end),
@@ -164,7 +167,10 @@ def report_view(result: JobReport, style: Style) -> str:
         ]
         for phase in result.timeline
     ]
-    text += render(TIMELINE_COLUMNS, timeline, width=style.width)
+    columns = (
+        (TIMELINE_COLUMNS[0], RUNG_COLUMN, *TIMELINE_COLUMNS[1:]) if ladder else TIMELINE_COLUMNS
+    )
+    text += render(columns, timeline, width=style.width)
     if result.disruptions:
         rows = [
             [
