@@ -33,7 +33,13 @@ from tpuctl.cli.options import (
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import interrupts
-from tpuctl.cli.targets import connect_api, load_spec_loaded, resolve_location_for, up_command
+from tpuctl.cli.targets import (
+    api_of,
+    connect_api,
+    load_spec_loaded,
+    resolve_location_for,
+    up_command,
+)
 from tpuctl.cli.views import jobs as views
 from tpuctl.errors import TpuctlError, UsageError
 
@@ -231,7 +237,7 @@ def _supervise(
         inherited = _kept_options(store)
     tuning = {**tuning, **_inherit(inherited, given, tuning)}
     no_preflight = bool(tuning.pop("no_preflight", False))
-    api = connect_api(location, impersonate)
+    api = connect_api(location, impersonate, api_of(spec))
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))

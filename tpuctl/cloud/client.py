@@ -376,6 +376,9 @@ class TpuApi:
     impersonate: str | None = None  # the service account acted as, for the other APIs
     rest: Any = None
     transport: str = "grpc"
+    # Where slices come from: "tpu" (queued resources) or "compute" (Compute Engine instances
+    # and MIGs behind the same face, tpuctl.cloud.compute).
+    api: str = "tpu"
 
     def _rest_client(self, why: str) -> Any:
         if self.rest is None:
@@ -607,12 +610,24 @@ def connect(
     *,
     impersonate: str | None = None,
     environ: Mapping[str, str] | None = None,
+    api: str = "tpu",
 ) -> TpuApi:
-    """A ready TpuApi for a resolved location (credentials are loaded here, once)."""
+    """A ready TpuApi for a resolved location (credentials are loaded here, once). `api`:
+    the spec's tpu.api; "compute" answers through Compute Engine (tpuctl.cloud.compute)."""
     from tpuctl.cloud.rest import ENDPOINT_ENV, RestTpuClient
 
     env = os.environ if environ is None else environ
     credentials = load_credentials(impersonate=impersonate, environ=env)
+    if api == "compute":
+        from tpuctl.cloud.compute import ComputeTpuClient
+
+        return TpuApi(
+            client=ComputeTpuClient.connect(credentials, env),
+            location=location,
+            retry_total=retry_seconds(env),
+            impersonate=impersonate,
+            api="compute",
+        )
     client = make_tpu_client(impersonate=impersonate, environ=env, credentials=credentials)
     # The emulator's REST face is where `tpuctl emulator env` says; without that, none.
     reachable = not is_emulator(env) or bool(env.get(ENDPOINT_ENV))
