@@ -237,6 +237,12 @@ class ComputeSlice:
         return dict((self.template or {}).get("properties") or {})
 
     @property
+    def identity(self) -> str:
+        """The id of its instance or MIG (a name can be taken again)."""
+        source = self.group if self.group is not None else self.properties
+        return str(source.get("id") or source.get("selfLink") or self.name)
+
+    @property
     def hosts(self) -> int:
         return int(self.group.get("targetSize", 0)) if self.group else 1
 
@@ -549,8 +555,9 @@ class ComputeTpuClient:
         self.credentials = credentials
         self.api_endpoint = api_endpoint
         self._clients: dict[str, Any] = {}
-        # Instances this client asked to delete: Compute Engine shows a deleting instance as
-        # STOPPING, which alone would read as a suspension.
+        # The ids of the instances this client asked to delete: Compute Engine shows a
+        # deleting instance as STOPPING, which alone would read as a suspension (ids, not
+        # names: the slice made again under the same name is another instance).
         self._deleting: set[str] = set()
 
     @classmethod
@@ -718,7 +725,7 @@ class ComputeTpuClient:
 
         project, zone, slice_name = _parts(name)
         found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
-        if found is not None and name in self._deleting:
+        if found is not None and found.identity in self._deleting:
             return slice_queued_resource(name, found, deleting=True)
         if found is not None:
             return slice_queued_resource(name, found)
@@ -856,7 +863,7 @@ class ComputeTpuClient:
                 project=project, zone=zone, operation=str(failed["name"])
             )
             return ComputeOperation(self, [])
-        self._deleting.add(str(request.name))
+        self._deleting.add(found.identity)
         if found.group is None:
             with _Conflicts():
                 operation = self._call(

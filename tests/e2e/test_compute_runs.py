@@ -1,0 +1,58 @@
+"""End to end on Compute Engine (`tpu.api: compute`): `tpuctl up` babysits the toy trainer on
+TPU VMs of the emulator's Compute Engine fake through what that platform does to them (a spot
+preemption), to the result of a run never disturbed, with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Job
+from tests.emulator.compute_helpers import Compute
+from tests.harness import ZONE
+from tests.support import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.emulator]
+IMAGE_FAMILY = "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+
+
+def left_in(emulator: Any, project: str) -> list[str]:
+    """Every instance, template and MIG the project still has on Compute Engine."""
+    compute = Compute(emulator, project)
+    names = [i.name for i in compute.instances.list(project=project, zone=ZONE)]
+    names += [t.name for t in compute.client("InstanceTemplatesClient").list(project=project)]
+    groups = compute.client("InstanceGroupManagersClient")
+    return names + [g.name for g in groups.list(project=project, zone=ZONE)]
+
+
+def test_a_spot_vm_preempted_is_made_again_and_the_job_resumes_to_its_end(
+    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
+) -> None:
+    job = make_job(
+        steps=90,
+        checkpoint_every=10,
+        slices=1,
+        accelerator="v6e-4",
+        api="compute",
+        runtime=IMAGE_FAMILY,
+        autocheckpoint=False,
+        max_preemptions=2,
+    )
+    job.start_up()
+    wait_for(lambda: any(step >= 20 for step in job.complete_steps()), what="steps 20+")
+    project = job.env["TPUCTL_PROJECT"]
+    emulator.admin.compute_preempt(f"projects/{project}/zones/{ZONE}/instances/{job.name}")
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert "SUSPENDED" in log, log
+    final = (job.checkpoint_dir / "final.json").read_bytes()
+    assert final == job.uninterrupted_final(tmp_path)
+    assert json.loads(final)["history"] == [[1, job.steps]]
+    kinds = job.journal_kinds()
+    for kind in ("preemption.detected", "qr.deleted", "qr.recreated", "job.done", "up.exit"):
+        assert kind in kinds, (kind, kinds)
+    assert left_in(emulator, project) == []
