@@ -56,3 +56,44 @@ def test_a_spot_vm_preempted_is_made_again_and_the_job_resumes_to_its_end(
     for kind in ("preemption.detected", "qr.deleted", "qr.recreated", "job.done", "up.exit"):
         assert kind in kinds, (kind, kinds)
     assert left_in(emulator, project) == []
+
+
+def test_a_flex_start_v5p_slice_rides_out_maintenance_and_its_run_end_to_the_job_s_end(
+    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
+) -> None:
+    # 10 emulated minutes of run at the session emulator's speed (20) are 30 s of real time;
+    # the job needs about 30 s of training, so its first run ends before the job does.
+    job = make_job(
+        steps=300,
+        step_seconds=0.1,
+        checkpoint_every=25,
+        slices=1,
+        accelerator="v5p-16",
+        api="compute",
+        runtime=IMAGE_FAMILY,
+        autocheckpoint=False,
+        tier="flex-start",
+        max_preemptions=3,
+    )
+    job.spec.write_text(
+        job.spec.read_text().replace(
+            "  tier: flex-start\n", "  tier: flex-start\n  max_run_duration: 10m\n"
+        )
+    )
+    job.start_up()
+    wait_for(lambda: any(step >= 25 for step in job.complete_steps()), what="steps 25+")
+    project = job.env["TPUCTL_PROJECT"]
+    group = f"projects/{project}/zones/{ZONE}/instanceGroupManagers/{job.name}"
+    emulator.admin.compute_maintenance(group, at=20)
+    code, log = job.wait_up(timeout=300)
+    assert code == 0, log
+    assert "maintenance" in log, log
+    final = (job.checkpoint_dir / "final.json").read_bytes()
+    assert final == job.uninterrupted_final(tmp_path)
+    assert json.loads(final)["history"] == [[1, job.steps]]
+    kinds = job.journal_kinds()
+    assert "job.done" in kinds and "up.exit" in kinds, kinds
+    assert "run.ended" in kinds, kinds
+    assert left_in(emulator, project) == []
+    policies = Compute(emulator, project).client("ResourcePoliciesClient")
+    assert [p.name for p in policies.list(project=project, region=ZONE.rsplit("-", 1)[0])] == []

@@ -398,7 +398,10 @@ class TpuApi:
         return self.client
 
     def over_rest(self) -> TpuApi:
-        """The same API, its queued-resource and node calls over REST."""
+        """The same API, its queued-resource and node calls over REST (Compute Engine's
+        answers carry every field already: the same API)."""
+        if self.api == "compute":
+            return self
         return replace(self, transport="rest")
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:

@@ -244,7 +244,19 @@ class ComputeSlice:
 
     @property
     def hosts(self) -> int:
-        return int(self.group.get("targetSize", 0)) if self.group else 1
+        """VMs in the slice: its topology's chips over a VM's (a MIG lowers its targetSize
+        when a VM's run ends with DELETE), else the target size."""
+        if self.group is None:
+            return 1
+        applied = (self.group.get("status") or {}).get("appliedAcceleratorTopologies") or [{}]
+        topology = str(applied[0].get("acceleratorTopology", ""))
+        known = MACHINE_CHIPS.get(self.machine_type)
+        if topology and known is not None:
+            chips = 1
+            for size in topology.split("x"):
+                chips *= int(size) if size.isdigit() else 1
+            return max(1, chips // known[1])
+        return int(self.group.get("targetSize", 0))
 
     @property
     def machine_type(self) -> str:
@@ -276,11 +288,34 @@ def _coming_back(instance: Mapping[str, Any]) -> bool:
 
 
 def _termination(slice_: ComputeSlice) -> str | None:
+    """When the platform takes the slice back (its VMs' terminationTimestamp, set while a
+    maxRunDuration runs)."""
     for instance in slice_.instances:
         scheduling = (instance.get("resourceStatus") or {}).get("scheduling") or {}
         if scheduling.get("terminationTimestamp"):
             return str(scheduling["terminationTimestamp"])
     return None
+
+
+def run_ended_by(slice_: ComputeSlice) -> str | None:
+    """For a MIG whose VMs' maxRunDuration deleted them (flex-start's DELETE action: they
+    left the group, none preempted), a time its run had surely ended by: the group's creation
+    plus the maxRunDuration (the run started no earlier). None otherwise."""
+    if slice_.group is None or len(slice_.instances) >= slice_.hosts:
+        return None
+    if any(map(_preempted, slice_.instances)):
+        return None
+    scheduling = _scheduling(slice_.properties)
+    seconds = str((scheduling.get("maxRunDuration") or {}).get("seconds", ""))
+    created = slice_.create_time
+    if scheduling.get("instanceTerminationAction") != "DELETE" or not seconds.isdigit():
+        return None
+    from datetime import timedelta
+
+    from tpuctl.clock import parse_rfc3339, rfc3339
+
+    start = parse_rfc3339(created) if created else None
+    return rfc3339(start + timedelta(seconds=int(seconds))) if start else None
 
 
 def instance_state(instance: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -335,8 +370,11 @@ def group_state(slice_: ComputeSlice) -> tuple[str, str | None]:
     return "PROVISIONING", None
 
 
-def slice_queued_resource(name: str, slice_: ComputeSlice, *, deleting: bool = False) -> Any:
-    """The queued resource of a slice Compute Engine holds (`deleting`: asked to go)."""
+def slice_queued_resource(
+    name: str, slice_: ComputeSlice, *, deleting: bool = False, termination: str | None = None
+) -> Any:
+    """The queued resource of a slice Compute Engine holds (`deleting`: asked to go;
+    `termination`: its end as seen before, when its VMs no longer say it)."""
     if deleting:
         state, initiator = "DELETING", None
     elif slice_.group is None:
@@ -350,7 +388,7 @@ def slice_queued_resource(name: str, slice_: ComputeSlice, *, deleting: bool = F
         accelerator=accelerator_of(slice_.machine_type, slice_.hosts),
         properties=slice_.properties,
         create_time=slice_.create_time,
-        termination=_termination(slice_),
+        termination=_termination(slice_) or termination or run_ended_by(slice_),
     )
 
 
@@ -559,6 +597,8 @@ class ComputeTpuClient:
         # deleting instance as STOPPING, which alone would read as a suspension (ids, not
         # names: the slice made again under the same name is another instance).
         self._deleting: set[str] = set()
+        # The end of each slice's run as last seen (its VMs stop saying it once they go).
+        self._ends: dict[str, str] = {}
 
     @classmethod
     def connect(
@@ -725,10 +765,14 @@ class ComputeTpuClient:
 
         project, zone, slice_name = _parts(name)
         found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
-        if found is not None and found.identity in self._deleting:
-            return slice_queued_resource(name, found, deleting=True)
         if found is not None:
-            return slice_queued_resource(name, found)
+            end = _termination(found)
+            if end:
+                self._ends[found.identity] = end
+            deleting = found.identity in self._deleting
+            return slice_queued_resource(
+                name, found, deleting=deleting, termination=self._ends.get(found.identity)
+            )
         failed = self._call(retry, lambda: self.failed_insert(project, zone, slice_name))
         if failed is not None:
             return failed_queued_resource(name, failed)
