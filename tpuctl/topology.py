@@ -102,9 +102,14 @@ COMPUTE_FIX = (
 )
 
 
-def known_families() -> str:
+def known_families(api: str = "tpu") -> str:
     """Human list of accepted forms, for error messages."""
-    return ", ".join(f"{family.prefix}-N" for family in FAMILIES)
+    return ", ".join(f"{family.prefix}-N" for family in _families(api))
+
+
+def _families(api: str) -> tuple[Family, ...]:
+    """The generations `api` offers (tpu: Cloud TPU's queued resources; compute)."""
+    return COMPUTE_FAMILIES if api == "compute" else FAMILIES
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,7 @@ def parse_accelerator(text: str, *, api: str = "tpu") -> Accelerator:
     family = _family_for(prefix, api, _BY_PREFIX) if dash else None
     if family is None or not number.isdigit():
         raise AcceleratorError(
-            f"unknown accelerator type {quoted(text)}; known families: {known_families()}"
+            f"unknown accelerator type {quoted(text)}; known families: {known_families(api)}"
         )
     size = int(number)
     if size not in family.sizes:
@@ -224,7 +229,7 @@ def from_type_topology(type_name: str, topology: str, *, api: str = "tpu") -> Ac
     if family is None:
         raise AcceleratorError(
             f"unknown TPU type {quoted(type_name)}; known types: "
-            + ", ".join(family.prefix for family in FAMILIES)
+            + ", ".join(family.prefix for family in _families(api))
         )
     try:
         dims = [int(part) for part in topology.lower().split("x")]

@@ -157,6 +157,7 @@ def test_validate_json(cli: Cli, write_spec: WriteSpec) -> None:
         "slices": 2,
         "tier": "spot",
         "warnings": [],
+        "api": "tpu",
     }
 
 

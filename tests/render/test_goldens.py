@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tpuctl.render.compute import render_compute
+from tpuctl.render.compute_gcloud import render_compute_gcloud
 from tpuctl.render.gcloud import render_gcloud
 from tpuctl.render.request import STARTUP_SCRIPT_KEY, render_request, request_as_dict
 from tpuctl.render.startup import render_startup_script, render_values
 from tpuctl.spec.load import load_spec
+from tpuctl.spec.model import Spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -34,6 +37,21 @@ def _request_without_script(spec: object) -> str:
         if STARTUP_SCRIPT_KEY in metadata:
             metadata[STARTUP_SCRIPT_KEY] = SCRIPT_PLACEHOLDER
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _compute_goldens(spec: Spec) -> dict[str, str]:
+    """A `tpu.api: compute` spec's requests (the startup script cut out) and gcloud lines."""
+    plan = render_compute(spec, project=PROJECT, zone=ZONE, run_name=spec.name, startup_script=None)
+    requests = [request.as_dict() for request in plan.requests]
+    for request in requests:
+        vm = request["body"].get("properties", request["body"])
+        for item in vm.get("metadata", {}).get("items", []):
+            if item["key"] == STARTUP_SCRIPT_KEY:
+                item["value"] = SCRIPT_PLACEHOLDER
+    return {
+        "requests.json": json.dumps(requests, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+        "gcloud.sh": render_compute_gcloud(plan),
+    }
 
 
 def _check(path: Path, text: str, update: bool, what: str) -> None:
@@ -56,10 +74,13 @@ def test_config_matches_goldens(config: Path, update_goldens: bool) -> None:
     loaded = load_spec(config, environ={})
     spec = loaded.spec
     assert loaded.warnings == ()
-    rendered = {
-        "request.json": _request_without_script(spec),
-        "gcloud.sh": render_gcloud(spec, project=PROJECT, zone=ZONE),
-    }
+    if spec.tpu.api == "compute":
+        rendered = _compute_goldens(spec)
+    else:
+        rendered = {
+            "request.json": _request_without_script(spec),
+            "gcloud.sh": render_gcloud(spec, project=PROJECT, zone=ZONE),
+        }
     if spec.job is not None:
         rendered["startup-values.sh"] = render_values(spec)
     folder = GOLDEN / config.stem

@@ -62,6 +62,7 @@ def validate(spec_path: str, overrides: tuple[str, ...]) -> None:
         True, spec.name, spec_path, spec.tpu.accelerator, spec.tpu.slices, spec.capacity.tier
     )
     result.warnings = warnings
+    result.api = spec.tpu.api
     emit(result, validation_view)
 
 
@@ -104,7 +105,23 @@ def render(
     for warning in warnings:
         _warn(warning)
     result = Rendered(what, location.project, location.zone)  # type: ignore[arg-type]
-    if what == "gcloud":
+    if spec.tpu.api == "compute":
+        from tpuctl.render.compute import render_compute
+        from tpuctl.render.compute_gcloud import render_compute_gcloud
+
+        plan = render_compute(
+            spec,
+            project=location.project,
+            zone=location.zone,
+            run_name=spec.name,
+            startup_script=None,
+        )
+        result.api = "compute"
+        if what == "gcloud":
+            result.gcloud = render_compute_gcloud(plan)
+        else:
+            result.requests = [request.as_dict() for request in plan.requests]
+    elif what == "gcloud":
         result.gcloud = render_gcloud(spec, project=location.project, zone=location.zone)
     else:
         request = render_request(spec, project=location.project, zone=location.zone)

@@ -130,8 +130,8 @@ class Plan(Result):
 def accelerator_of(spec: Spec) -> Accelerator:
     """The catalog entry for the spec's slices (`type`+`topology` wins when both are set)."""
     if spec.tpu.type and spec.tpu.topology:
-        return from_type_topology(spec.tpu.type, spec.tpu.topology)
-    return parse_accelerator(spec.tpu.accelerator)
+        return from_type_topology(spec.tpu.type, spec.tpu.topology, api=spec.tpu.api)
+    return parse_accelerator(spec.tpu.accelerator, api=spec.tpu.api)
 
 
 def make_plan(

@@ -80,6 +80,14 @@ def render_request(
     """
     from google.cloud import tpu_v2alpha1 as tpu
 
+    if spec.tpu.api == "compute":
+        # The Cloud TPU API cannot make it: tpuctl.render.compute renders its requests.
+        raise SpecError(
+            "this spec's slices are made by Compute Engine (tpu.api: compute), not by a "
+            "Cloud TPU queued resource",
+            path="tpu.api",
+            hint="use tpuctl render to see its Compute Engine requests",
+        )
     parent = f"projects/{project}/locations/{zone}"
     node_spec = tpu.QueuedResource.Tpu.NodeSpec(parent=parent, node=_node(spec, project, zone))
     if spec.tpu.slices > 1:

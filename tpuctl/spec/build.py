@@ -14,6 +14,7 @@ from tpuctl.clock import format_duration, rfc3339
 from tpuctl.errors import SpecError, quoted
 from tpuctl.spec.check import Checker
 from tpuctl.spec.command import CommandShape, analyse, command_line, given_flags
+from tpuctl.spec.compute import check_compute_capacity, check_compute_checkpoint, check_compute_tpu
 from tpuctl.spec.fields import field_at
 from tpuctl.spec.frameworks import (
     Checkpointing,
@@ -175,6 +176,8 @@ class Builder:
         def across_fields() -> None:
             assert capacity is not None and checkpoint is not None and built is not None
             self.check_zone_policy(capacity, job, checkpoint, built[0])
+            if built[0].api == "compute":
+                check_compute_checkpoint(self, checkpoint)
             if job is not None and job.target_step is not None and not checkpoint.dir:
                 raise self.error(
                     "target_step needs a checkpoint directory to find the committed steps in",
@@ -186,7 +189,10 @@ class Builder:
 
         def capacity_for_tpu() -> None:
             assert capacity is not None and built is not None
-            self.check_capacity_for(capacity, built[1])
+            if built[0].api == "tpu":
+                self.check_capacity_for(capacity, built[1])
+            else:
+                check_compute_capacity(self, capacity, built[1])
 
         self._attempt(capacity_for_tpu, {"capacity", "tpu"}, wrong)
         self.checker.raise_recorded()
@@ -240,16 +246,23 @@ class Builder:
             else:
                 unknown = str(exc).startswith(("unknown TPU type", IRONWOOD_WHY, COMPUTE_WHY))
                 path = "tpu.type" if unknown else "tpu.topology"
-            hint = exc.fix or "e.g. v4-16, v5p-8, v5litepod-16 or v6e-8"
+            examples = (
+                "v5p-8, v6e-8 or tpu7x-8"
+                if api == "compute"
+                else "v4-16, v5p-8, v5litepod-16 or v6e-8"
+            )
+            hint = exc.fix or f"e.g. {examples}"
             raise self.error(str(exc), path, hint) from None
         slices: int = tpu["slices"]
+        if api == "compute":
+            check_compute_tpu(self, tpu, accelerator)
         if slices > 1 and not accelerator.supports_multislice:
             raise self.error(
                 f"multislice is not available on {accelerator.generation}",
                 "tpu.slices",
                 "use slices: 1, or a v4 or newer accelerator for several slices",
             )
-        warning = runtime_warning(accelerator, tpu["runtime"])
+        warning = runtime_warning(accelerator, tpu["runtime"]) if api == "tpu" else None
         if warning:
             self.warn(warning, "tpu.runtime")
         spec = TpuSpec(

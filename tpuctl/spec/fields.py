@@ -116,7 +116,7 @@ TPU_FIELDS = (
         "str",
         "Which API makes the slices: tpu (the Cloud TPU API's queued resources: v2 to v6e) "
         "or compute (Compute Engine: a TPU VM is an instance, a multi-host slice a bulk "
-        "managed instance group; v5p, v6e and tpu7x, one slice). See compute-engine.md.",
+        "managed instance group; v5p, v6e and tpu7x, one slice). See docs/compute-engine.md.",
         default="tpu",
         enum=APIS,
     ),

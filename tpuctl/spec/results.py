@@ -22,12 +22,15 @@ class Validation(Result):
     slices: int
     tier: str
     warnings: list[str] = field(default_factory=list)
+    api: str = "tpu"  # tpu.api: who makes the slices (tpu: Cloud TPU, compute: Compute Engine)
 
 
 @dataclass
 class Rendered(Result):
     """What `create` would send: the request (proto field names), the startup script, or the
-    equivalent gcloud line; the other two are None. No credentials, no network."""
+    equivalent gcloud line; the other two are None. No credentials, no network. A
+    `tpu.api: compute` spec's request is `requests` instead: every Compute Engine call in
+    order, each {method, scope, body}."""
 
     KIND: ClassVar[str] = "Render"
     what: RenderWhat
@@ -36,3 +39,5 @@ class Rendered(Result):
     request: dict[str, Any] | None = None
     startup_script: str | None = None
     gcloud: str | None = None
+    api: str = "tpu"
+    requests: list[dict[str, Any]] | None = None

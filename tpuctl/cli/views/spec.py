@@ -22,16 +22,18 @@ MODE_COLUMNS = (
 
 
 def validation_view(result: Validation, _style: Style) -> str:
+    where = ", on Compute Engine" if result.api == "compute" else ""
     return (
         f"{result.source} is valid: {result.name}, {result.slices}× {result.accelerator} "
-        f"({result.tier})\n"
+        f"({result.tier}{where})\n"
     )
 
 
 def rendered_view(result: Rendered, _style: Style) -> str:
     """Exactly what a person would pipe or save: the request JSON, the script, the line."""
     if result.what == "request":
-        return json.dumps(result.request, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        request = result.requests if result.requests is not None else result.request
+        return json.dumps(request, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     text = result.startup_script if result.what == "startup-script" else result.gcloud
     text = text or ""
     return text if result.what == "startup-script" or text.endswith("\n") else text + "\n"
