@@ -225,3 +225,36 @@ def test_cli_create_wait_status_ssh_delete_of_a_compute_spec(project: Project) -
     assert deleted.exit_code == 0, deleted.stderr
     assert deleted.json()["action"] == "deleted"
     assert project.cli("status", spec).exit_code == 5
+
+
+def test_list_gc_and_runs_see_a_compute_slice_beside_a_queued_resource(project: Project) -> None:
+    tpu_spec = project.spec("tpu-side")
+    assert project.cli("create", str(tpu_spec), "--wait", "--no-preflight").exit_code == 0
+    compute = compute_spec(project, "ce-side", "v6e-4", "on-demand", job={"command": "sleep 600"})
+    made = project.cli("create", str(compute), "--wait", "--no-preflight")
+    assert made.exit_code == 0, made.stderr
+
+    listed = project.cli("list", "--all-zones", "--format", "json")
+    assert listed.exit_code == 0, listed.stderr
+    rows = {row["name"]: row for row in listed.json()["queued_resources"]}
+    assert rows["tpu-side"]["api"] == "tpu" and rows["ce-side"]["api"] == "compute"
+    assert rows["ce-side"]["state"] == "ACTIVE" and rows["ce-side"]["accelerator"] == "v6e-4"
+    table = project.cli("list")
+    assert "compute" in table.stdout and "ce-side" in table.stdout, table.stdout
+    # A name alone finds it on whichever API holds it.
+    status = project.cli("status", "ce-side", "--format", "json")
+    assert status.exit_code == 0 and status.json()["api"] == "compute", status.stderr
+
+    collected = project.cli("gc", "--dry-run", "--format", "json")
+    assert collected.exit_code == 0, collected.stderr
+    verdicts = {row["name"]: row for row in collected.json()["queued_resources"]}
+    assert verdicts["tpu-side"]["verdict"] == "delete"  # ACTIVE, no job
+    assert verdicts["ce-side"]["verdict"] == "keep", verdicts  # its job is running
+    assert Compute(project.emulator, project.name).status(ZONE, "ce-side") == "RUNNING"
+
+    runs = project.cli("runs", "--project", project.name, "--format", "json")
+    assert runs.exit_code == 0, runs.stderr
+    assert "ce-side" in runs.stdout, runs.stdout
+    gone = project.cli("delete", "ce-side", "--yes")
+    assert gone.exit_code == 0, gone.stderr
+    assert project.api().find_queued_resource("tpu-side") is not None

@@ -827,7 +827,7 @@ def _ask_live(rows: list[Any], impersonate: str | None) -> None:
             api = apis.get(row.project)
             if api is None:
                 location = resolve_location_for(row.project, row.zones[0], None)
-                api = apis[row.project] = connect_api(location, impersonate)
+                api = apis[row.project] = connect_api(location, impersonate, "either")
             row.queued_resources = live_queued_resources(api, row.name, row.zones)
         except TpuctlError as error:
             row.error = "; ".join(filter(None, [row.error, f"the TPU API: {error.message}"]))

@@ -125,8 +125,9 @@ def resolve_target(
 
 
 def api_of(spec: Spec | None) -> str:
-    """Where a spec's slices come from: its tpu.api ("tpu" for a name without a spec)."""
-    return spec.tpu.api if spec is not None else "tpu"
+    """Where a spec's slices come from: its tpu.api; for a name without a spec, "either"
+    (the Cloud TPU API, then Compute Engine)."""
+    return spec.tpu.api if spec is not None else "either"
 
 
 def connect_api(location: Location, impersonate: str | None, api: str = "tpu") -> TpuApi:
@@ -141,7 +142,10 @@ def connect_api(location: Location, impersonate: str | None, api: str = "tpu") -
     api_client = connect(location, impersonate=impersonate, api=api)
     if click.get_current_context(silent=True) is None:
         return api_client  # shell completion: nothing may reach the user's terminal
-    return replace(api_client, on_retry=app_context().warn)
+    warn = app_context().warn
+    if hasattr(api_client.client, "on_error"):  # both APIs: a Compute Engine side unlisted
+        api_client.client.on_error = warn
+    return replace(api_client, on_retry=warn)
 
 
 def connect_target(
@@ -207,7 +211,7 @@ def connect_zones(
     chosen = parse_zones(zones) if zones is not None else None
     # With --all-zones only the project matters: the zone is the API's "every location".
     first = EVERY_ZONE if all_zones else chosen[0] if chosen else zone
-    api = connect_api(resolve_location_for(project, first, None), impersonate)
+    api = connect_api(resolve_location_for(project, first, None), impersonate, "either")
     return api, zones_to_ask(api, chosen, every=all_zones)
 
 

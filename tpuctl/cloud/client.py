@@ -616,7 +616,9 @@ def connect(
     api: str = "tpu",
 ) -> TpuApi:
     """A ready TpuApi for a resolved location (credentials are loaded here, once). `api`:
-    the spec's tpu.api; "compute" answers through Compute Engine (tpuctl.cloud.compute)."""
+    the spec's tpu.api; "compute" answers through Compute Engine (tpuctl.cloud.compute);
+    "either" (a NAME, a listing: where its slices are is not known) asks both
+    (tpuctl.cloud.either) where Compute Engine can be reached."""
     from tpuctl.cloud.rest import ENDPOINT_ENV, RestTpuClient
 
     env = os.environ if environ is None else environ
@@ -635,6 +637,11 @@ def connect(
     # The emulator's REST face is where `tpuctl emulator env` says; without that, none.
     reachable = not is_emulator(env) or bool(env.get(ENDPOINT_ENV))
     rest = RestTpuClient.connect(credentials, env) if reachable else None
+    if api == "either" and compute_reachable(env):
+        from tpuctl.cloud.compute import ComputeTpuClient
+        from tpuctl.cloud.either import EitherTpuClient
+
+        client = EitherTpuClient(client, ComputeTpuClient.connect(credentials, env))
     return TpuApi(
         client=client,
         location=location,
@@ -643,6 +650,13 @@ def connect(
         rest=rest,
         transport=transport_of(env),
     )
+
+
+def compute_reachable(environ: Mapping[str, str]) -> bool:
+    """Compute Engine can be asked: the real one, or the emulator's where it is announced."""
+    from tpuctl.cloud.compute_rest import COMPUTE_ENV
+
+    return not is_emulator(environ) or bool(environ.get(COMPUTE_ENV))
 
 
 def transport_of(environ: Mapping[str, str]) -> str:

@@ -35,6 +35,7 @@ from functools import partial
 from typing import Any
 
 from tpuctl.cloud.compute_rest import COMPUTE_ENV
+from tpuctl.cloud.describe import SOURCE_ATTRIBUTE
 from tpuctl.errors import TpuctlError
 
 API = "compute"
@@ -217,6 +218,7 @@ def synthesize_queued_resource(
     if termination:
         extra["runDuration"] = {"terminationTime": termination}
     setattr(queued_resource, _REST_FIELDS, extra)
+    setattr(queued_resource, SOURCE_ATTRIBUTE, API)
     return queued_resource
 
 
