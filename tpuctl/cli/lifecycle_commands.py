@@ -163,7 +163,8 @@ def create(
 
         app.info(f"dry run: would create {location.queued_resource_name(spec.name)}")
         result = CreateResult("dry_run", spec.name, request.request_id)
-        result.request = request_as_dict(request)
+        compute = spec.tpu.api == "compute"  # Compute Engine's requests, in their order
+        result.request = request.as_dict() if compute else request_as_dict(request)
         emit(result, views.create_view)
         return
     api = connect_api(location, impersonate, api_of(spec))

@@ -73,6 +73,11 @@ DELETE_STEP_TIMEOUT = 600.0
 OPERATION_POLL = 0.2
 
 
+class NotServed(TpuctlError):
+    """The Compute Engine endpoint has no such method (the emulator serves only a TPU VM's
+    part of compute v1)."""
+
+
 def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
@@ -132,12 +137,11 @@ class ComputeCreate:
         return {}
 
     def as_dict(self) -> dict[str, Any]:
-        """What `create --dry-run` shows: every request, in order."""
+        """What `create --dry-run` shows: every request in order, as `tpuctl render` does."""
         return {
             "requests": [
                 {
-                    "resource": request.resource,
-                    "method": request.method,
+                    "method": f"{request.resource}.{request.method}",
                     "scope": dict(request.scope),
                     "body": request.body,
                 }
@@ -760,6 +764,41 @@ class ComputeTpuClient:
         for group in self._client("InstanceGroupManagersClient").list(project=project, zone=zone):
             slices.append(self._group_slice(project, zone, _as_json(group)))
         return slices
+
+    # ------------------------------------------------------------- what doctor reads
+
+    def machine_type(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
+        """The zone's machine type `name`, or None when the zone has none of that name."""
+        return self._found(
+            "MachineTypesClient", "get", project=project, zone=zone, machine_type=name
+        )
+
+    def image(self, source: str) -> dict[str, Any] | None:
+        """The image a boot disk's sourceImage names (`projects/P/global/images/family/F`
+        or `…/images/NAME`), or None when there is none."""
+        project = _after(source, "projects")
+        if "/family/" in source:
+            return self._found(
+                "ImagesClient", "get_from_family", project=project, family=short(source)
+            )
+        return self._found("ImagesClient", "get", project=project, image=short(source))
+
+    def reservation(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
+        return self._found(
+            "ReservationsClient", "get", project=project, zone=zone, reservation=name
+        )
+
+    def _found(self, kind: str, method: str, **request: str) -> dict[str, Any] | None:
+        from google.api_core import exceptions
+
+        try:
+            found = getattr(self._client(kind), method)(request=request)
+        except exceptions.NotFound as error:
+            # The emulator's Compute Engine answers a method it lacks with a 404 of its own.
+            if any(words in str(error.message) for words in ("No such path", "No such method")):
+                raise NotServed(f"{kind.removesuffix('Client')}.{method}") from None
+            return None
+        return _as_json(found)
 
     # ---------------------------------------------------------- the TpuClient face: reads
 
