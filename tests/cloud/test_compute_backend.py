@@ -13,6 +13,7 @@ from tests.emulator.compute_helpers import (
     Compute,
     group_body,
     instance_body,
+    message,
     policy_body,
     region,
     template_body,
@@ -87,6 +88,16 @@ def multi_host(project: Project, name: str) -> ComputeCreate:
     )
 
 
+def unique_zone() -> str:
+    """A zone of its own, with capacity pools of its own once a test sizes them (a zone name
+    a spec takes: letters, then the region's number)."""
+    import random
+    import string
+
+    letters = "".join(random.choices(string.ascii_lowercase, k=8))
+    return f"zz-{letters}1-a"
+
+
 def until_active() -> lifecycle.WaitOptions:
     return lifecycle.WaitOptions(policy=WatchPolicy(until="ACTIVE", overall_timeout=120))
 
@@ -132,14 +143,25 @@ def test_single_host_create_wait_status_ssh_delete(project: Project) -> None:
 def test_multi_host_slice_is_one_node_with_workers_in_worker_order(project: Project) -> None:
     name = "ce-mig"
     api = compute_api(project)
+    # An earlier attempt got as far as the workload policy: taken as made, not an error.
+    compute = Compute(project.emulator, project.name)
+    first = multi_host(project, name).requests[0]
+    compute.wait(
+        compute.client("ResourcePoliciesClient").insert(
+            project=project.name,
+            region=region(ZONE),
+            resource_policy_resource=message("ResourcePolicy", first.body),
+        )
+    )
     created = lifecycle.create_and_wait(api, multi_host(project, name), until_active())
+    assert created.action == "created"
     assert created.wait is not None and created.wait.state == "ACTIVE"
+    assert lifecycle.create(api, multi_host(project, name)).action == "exists"
     summary = queries.status(api, name)
     assert summary.accelerator == "v5p-16" and summary.slices == 1
     (node,) = summary.nodes
     assert node.state == "READY" and len(node.workers) == 2
 
-    compute = Compute(project.emulator, project.name)
     groups = compute.client("InstanceGroupManagersClient")
     managed = groups.list_managed_instances(
         project=project.name, zone=ZONE, instance_group_manager=name
@@ -187,7 +209,7 @@ def _fleet(project: Project, api: Any, name: str) -> Any:
 
 
 def compute_spec(project: Project, name: str, accelerator: str, tier: str, **extra: Any) -> Any:
-    """A `tpu.api: compute` spec in this project (no job)."""
+    """A `tpu.api: compute` spec in this project (`extra`: more sections, or their overrides)."""
     return project.write_spec(
         {
             "name": name,
@@ -258,3 +280,55 @@ def test_list_gc_and_runs_see_a_compute_slice_beside_a_queued_resource(project: 
     gone = project.cli("delete", "ce-side", "--yes")
     assert gone.exit_code == 0, gone.stderr
     assert project.api().find_queued_resource("tpu-side") is not None
+
+
+def test_no_capacity_refuses_the_create_and_leaves_nothing(project: Project) -> None:
+    zone = unique_zone()
+    project.emulator.admin.compute_capacity({"v6e": 0}, zone=zone)
+    spec = str(compute_spec(project, "ce-none", "v6e-4", "on-demand", zone=zone))
+    refused = project.cli("create", spec, "--wait", "--no-preflight")
+    assert refused.exit_code != 0
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in refused.stderr
+    assert "nothing was created" in refused.stderr, refused.stderr
+    assert project.cli("status", spec).exit_code == 5
+
+
+def test_a_flex_start_vm_queued_past_its_deadline_is_deleted(project: Project) -> None:
+    zone = unique_zone()
+    project.emulator.admin.compute_capacity({"v6e": 0}, zone=zone)
+    spec = str(
+        compute_spec(
+            project,
+            "ce-queued",
+            "v6e-4",
+            "flex-start",
+            zone=zone,
+            capacity={"tier": "flex-start", "max_run_duration": "1h", "valid_until": "1h"},
+        )
+    )
+    given_up = project.cli(
+        "create", spec, "--wait", "--no-preflight", "--queue-timeout", "2s", "--format", "json"
+    )
+    assert given_up.exit_code == 4, given_up.stderr
+    error = given_up.json()["error"]
+    assert error["state"] == "WAITING_FOR_RESOURCES" and error["deleted"] is True
+    compute = Compute(project.emulator, project.name)
+    assert [i.name for i in compute.instances.list(project=project.name, zone=zone)] == []
+
+
+def test_a_flex_start_vm_whose_window_passes_is_failed_until_deleted(project: Project) -> None:
+    zone = unique_zone()
+    project.emulator.admin.compute_capacity({"v6e": 0}, zone=zone)
+    capacity = {"tier": "flex-start", "max_run_duration": "1h", "valid_until": "90s"}
+    spec = str(
+        compute_spec(project, "ce-late", "v6e-4", "flex-start", zone=zone, capacity=capacity)
+    )
+    failed = project.cli("create", spec, "--wait", "--no-preflight")
+    assert failed.exit_code == 6, failed.stderr
+    assert "FAILED" in failed.stderr and "ZONE_RESOURCE_POOL_EXHAUSTED" in failed.stderr
+    status = project.cli("status", spec, "--format", "json")
+    assert status.json()["state"] == "FAILED"
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in status.json()["failure"]["message"]
+    deleted = project.cli("delete", spec, "--yes")
+    assert deleted.exit_code == 0, deleted.stderr
+    assert project.cli("status", spec).exit_code == 5

@@ -69,6 +69,8 @@ NO_CAPACITY_CODES = frozenset(
     {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED"}
 )
 DONE = "DONE"
+# An insert overtaken by a delete or a stop before its VM ran ends with this HTTP status.
+OVERTAKEN = 409
 DELETE_STEP_TIMEOUT = 600.0
 OPERATION_POLL = 0.2
 
@@ -502,6 +504,7 @@ class ComputeOperation:
         self.backend = backend
         self.operations = operations
         self.accepted = accepted
+        self.creating = accepted is not None
         self._finished: list[dict[str, Any]] = []
 
     @property
@@ -531,8 +534,18 @@ class ComputeOperation:
             time.sleep(OPERATION_POLL)
         for op in self._finished:
             if op.get("error"):
-                raise operation_error(op)
+                error = operation_error(op)
+                if self.creating and _no_capacity(op):
+                    # Refused at once: nothing was made, as the TPU API's RESOURCE_EXHAUSTED
+                    # create; its operation's record would read as a FAILED slice.
+                    self.backend.forget(op)
+                raise error
         return None
+
+
+def _no_capacity(operation: Mapping[str, Any]) -> bool:
+    errors = (operation.get("error") or {}).get("errors") or []
+    return any(e.get("code") in NO_CAPACITY_CODES for e in errors)
 
 
 def operation_error(operation: Mapping[str, Any]) -> Exception:
@@ -542,7 +555,7 @@ def operation_error(operation: Mapping[str, Any]) -> Exception:
 
     errors = (operation.get("error") or {}).get("errors") or [{}]
     message = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors)
-    if any(e.get("code") in NO_CAPACITY_CODES for e in errors):
+    if _no_capacity(operation):
         return _google_error("ResourceExhausted", message)
     status = int(operation.get("httpErrorStatusCode") or 500)
     made: Exception = exceptions.from_http_status(status, message)  # type: ignore[no-untyped-call]
@@ -655,6 +668,20 @@ class ComputeTpuClient:
                 )
         return _as_json(current)
 
+    def forget(self, operation: Mapping[str, Any]) -> None:
+        """Delete a zone operation's record (best effort)."""
+        from google.api_core import exceptions
+
+        zone = short(str(operation.get("zone", "")))
+        if not zone:
+            return
+        with contextlib.suppress(exceptions.GoogleAPICallError):
+            self._client("ZoneOperationsClient").delete(
+                project=_project_of(str(operation.get("selfLink", ""))),
+                zone=zone,
+                operation=str(operation.get("name", "")),
+            )
+
     def wait_done(self, operation: Any, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
@@ -741,7 +768,8 @@ class ComputeTpuClient:
         return _as_json(found)
 
     def failed_insert(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
-        """The newest insert of instance `name` in `zone` that ended in an error, if any."""
+        """The newest insert of instance `name` in `zone` that failed (no capacity, …; not
+        one a delete overtook), if any."""
         listed = self._client("ZoneOperationsClient").list(
             request={"project": project, "zone": zone, "filter": "operationType = insert"}
         )
@@ -750,6 +778,8 @@ class ComputeTpuClient:
             data = _as_json(operation)
             if short(str(data.get("targetLink", ""))) != name or not data.get("error"):
                 continue
+            if int(data.get("httpErrorStatusCode") or 0) == OVERTAKEN:
+                continue  # deleted (or stopped) before it ran: gone, not failed
             if found is None or str(data.get("insertTime", "")) >= str(found.get("insertTime")):
                 found = data
         return found
