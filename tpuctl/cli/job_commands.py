@@ -224,7 +224,8 @@ def report(
         spec = load_spec_warned(app, target, overrides)
     else:
         resolved = resolve_target(app, target, project, zone, overrides)
-        spec = spec_of_queued_resource(connect_api(resolved.location, impersonate), resolved.name)
+        api = connect_api(resolved.location, impersonate, "either")  # a name: either API
+        spec = spec_of_queued_resource(api, resolved.name)
     result = report_for(spec)
     if not result.entries:
         app.warn(f"the journal of run {result.run} is empty: was it started with tpuctl up?")
