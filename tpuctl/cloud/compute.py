@@ -309,17 +309,15 @@ class ComputeTpuClient:
                 )
         return _as_json(current)
 
-    def forget(self, operation: Mapping[str, Any]) -> None:
-        """Delete a zone operation's record (best effort)."""
+    def forget(self, operation: Mapping[str, Any], *, quiet: bool = True) -> None:
+        """Delete a zone operation's record (`quiet`: best effort, errors ignored)."""
         from google.api_core import exceptions
 
-        zone = short(str(operation.get("zone", "")))
-        if not zone:
-            return
-        with contextlib.suppress(exceptions.GoogleAPICallError):
+        ignored: tuple[type[BaseException], ...] = (exceptions.GoogleAPICallError,) if quiet else ()
+        with contextlib.suppress(*ignored):
             self._client("ZoneOperationsClient").delete(
                 project=_project_of(str(operation.get("selfLink", ""))),
-                zone=zone,
+                zone=short(str(operation.get("zone", ""))),
                 operation=str(operation.get("name", "")),
             )
 
@@ -612,37 +610,21 @@ class ComputeTpuClient:
             failed = self.failed_insert(project, zone, name)
             if failed is None:
                 raise _google_error("NotFound", f"{request.name} not found")
-            self._client("ZoneOperationsClient").delete(
-                project=project, zone=zone, operation=str(failed["name"])
-            )
+            with _Conflicts():
+                self.forget(failed, quiet=False)
             return ComputeOperation(self, [])
         self._deleting.add(found.identity)
+        scope = {"project": project, "zone": zone, "request_id": request_id}
         if found.group is None:
-            with _Conflicts():
-                operation = self._call(
-                    retry,
-                    lambda: self._client("InstancesClient").delete(
-                        request={
-                            "project": project,
-                            "zone": zone,
-                            "instance": name,
-                            "request_id": request_id,
-                        }
-                    ),
-                )
-            return ComputeOperation(self, [operation])
+            kind, target = "InstancesClient", {"instance": name}
+        else:
+            kind, target = "InstanceGroupManagersClient", {"instance_group_manager": name}
         with _Conflicts():
             operation = self._call(
-                retry,
-                lambda: self._client("InstanceGroupManagersClient").delete(
-                    request={
-                        "project": project,
-                        "zone": zone,
-                        "instance_group_manager": name,
-                        "request_id": request_id,
-                    }
-                ),
+                retry, lambda: self._client(kind).delete(request={**scope, **target})
             )
+        if found.group is None:
+            return ComputeOperation(self, [operation])
         self.wait_done(operation, DELETE_STEP_TIMEOUT)
         return ComputeOperation(self, self._delete_parts(project, found.group))
 
