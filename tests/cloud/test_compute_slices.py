@@ -135,3 +135,11 @@ def test_a_single_host_spot_vm_reads_with_its_tier_and_labels() -> None:
     summary = describe.queued_resource_summary(queued, project="p", zone="us-east5-a")
     assert (summary.state, summary.tier, summary.accelerator) == ("ACTIVE", "spot", "v5p-8")
     assert summary.managed_by_tpuctl and summary.api == "compute"
+
+
+def test_only_tpu_machine_types_are_slices() -> None:
+    from tpuctl.cloud.compute_slices import is_tpu_machine
+
+    assert is_tpu_machine("zones/z/machineTypes/ct6e-standard-8t")
+    assert is_tpu_machine("tpu7x-standard-4t")
+    assert not is_tpu_machine("zones/z/machineTypes/n2-standard-8")

@@ -25,6 +25,7 @@ from tpuctl.cloud.compute_slices import (
     ComputeSlice,
     accelerator_of,
     failed_queued_resource,
+    is_tpu_machine,
     metadata_items,
     short,
     slice_node,
@@ -64,10 +65,6 @@ OPERATION_POLL = 0.2
 class NotServed(TpuctlError):
     """The Compute Engine endpoint has no such method (the emulator serves only a TPU VM's
     part of compute v1)."""
-
-
-def region_of(zone: str) -> str:
-    return zone.rsplit("-", 1)[0]
 
 
 def request_ids(request_id: str, count: int) -> list[str]:
@@ -246,8 +243,8 @@ class _Conflicts:
 
 
 class ComputeTpuClient:
-    """The TpuClient face over Compute Engine (see the module doc). `options` are the
-    compute_v1 clients' ClientOptions (the endpoint), `credentials` theirs."""
+    """The TpuClient face over Compute Engine (see the module doc): `api_endpoint` is where
+    compute v1 answers (None: compute.googleapis.com), `credentials` what its clients use."""
 
     def __init__(self, credentials: Any, api_endpoint: str | None = None) -> None:
         self.credentials = credentials
@@ -421,14 +418,17 @@ class ComputeTpuClient:
         return found
 
     def slices(self, project: str, zone: str) -> list[ComputeSlice]:
-        """Every slice in the zone: lone instances (not a MIG's) and MIGs."""
+        """Every slice in the zone: lone TPU VMs (not a MIG's) and MIGs (of TPU VMs)."""
         slices: list[ComputeSlice] = []
         for instance in self._client("InstancesClient").list(project=project, zone=zone):
             data = _as_json(instance)
-            if "created-by" not in metadata_items(data.get("metadata")):
+            lone = "created-by" not in metadata_items(data.get("metadata"))
+            if lone and is_tpu_machine(str(data.get("machineType", ""))):
                 slices.append(ComputeSlice(str(data["name"]), [data]))
         for group in self._client("InstanceGroupManagersClient").list(project=project, zone=zone):
-            slices.append(self._group_slice(project, zone, _as_json(group)))
+            found = self._group_slice(project, zone, _as_json(group))
+            if is_tpu_machine(found.machine_type):
+                slices.append(found)
         return slices
 
     # ------------------------------------------------------------- what doctor reads

@@ -40,6 +40,11 @@ def short(link: str) -> str:
     return link.rstrip("/").rsplit("/", 1)[-1]
 
 
+def is_tpu_machine(machine_type: str) -> bool:
+    """A TPU VM's machine type (`ct5p-…`, `ct6e-…`, `tpu7x-…`), not a VM of another kind."""
+    return short(machine_type).startswith(("ct", "tpu"))
+
+
 def accelerator_of(machine_type: str, hosts: int) -> str:
     """`ct6e-standard-4t` × 2 hosts → `v6e-8`; `ct5p-hightpu-4t` × 2 → `v5p-16`; "" unknown."""
     known = MACHINE_CHIPS.get(short(machine_type))
