@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuctl.cloud.describe import SOURCE_ATTRIBUTE
-
 API = "compute"
 WORKER_NUMBER = "agent-worker-number"
 # One TPU VM's chips per machine type (docs/compute-engine.md) and how its accelerator type
@@ -82,7 +80,7 @@ def synthesize_queued_resource(
     tpuctl.cloud.rest keeps them."""
     from google.cloud import tpu_v2alpha1 as tpu
 
-    from tpuctl.cloud.rest import _REST_FIELDS
+    from tpuctl.cloud.rest import _REST_FIELDS, SOURCE_ATTRIBUTE
 
     node_id = short(name)
     parent = name.split("/queuedResources/", maxsplit=1)[0]

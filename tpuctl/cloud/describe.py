@@ -16,13 +16,12 @@ from tpuctl.errors import ExitCode, TpuctlError
 from tpuctl.worker import JOB_LABEL, MANAGED_BY_LABEL, MANAGER, SPEC_HASH_LABEL
 
 UNSET_ENUMS = frozenset({"STATE_UNSPECIFIED", "STATE_INITIATOR_UNSPECIFIED", "HEALTH_UNSPECIFIED"})
-# The attribute a queued resource synthesized from Compute Engine (tpuctl.cloud.compute) carries
-# with the API it came from; one read from the Cloud TPU API has none.
-SOURCE_ATTRIBUTE = "_tpuctl_source"
 
 
 def source_of(queued_resource: Any) -> str:
     """Where a queued resource's slices are: "tpu" (Cloud TPU) or "compute" (Compute Engine)."""
+    from tpuctl.cloud.rest import SOURCE_ATTRIBUTE
+
     return str(getattr(queued_resource, SOURCE_ATTRIBUTE, "tpu"))
 
 
