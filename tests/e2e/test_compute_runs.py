@@ -113,3 +113,33 @@ def test_a_flex_start_v5p_slice_rides_out_maintenance_and_its_run_end_to_the_job
     assert left_in(emulator, project) == []
     policies = Compute(emulator, project).client("ResourcePoliciesClient")
     assert [p.name for p in policies.list(project=project, region=ZONE.rsplit("-", 1)[0])] == []
+
+
+def test_a_single_flex_start_vm_deleted_at_its_run_s_end_is_a_run_end_not_a_preemption(
+    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
+) -> None:
+    job = make_job(
+        steps=160,
+        step_seconds=0.1,
+        checkpoint_every=20,
+        slices=1,
+        accelerator="v6e-4",
+        api="compute",
+        runtime=IMAGE_FAMILY,
+        autocheckpoint=False,
+        tier="flex-start",
+        max_preemptions=0,  # a run end counted as a preemption would give up
+    )
+    job.spec.write_text(
+        job.spec.read_text().replace(
+            "  tier: flex-start\n", "  tier: flex-start\n  max_run_duration: 10m\n"
+        )
+    )
+    job.start_up()
+    code, log = job.wait_up(timeout=300)
+    assert code == 0, log
+    kinds = job.journal_kinds()
+    assert "run.ended" in kinds and "preemption.detected" not in kinds, kinds
+    final = (job.checkpoint_dir / "final.json").read_bytes()
+    assert final == job.uninterrupted_final(tmp_path)
+    assert left_in(emulator, job.env["TPUCTL_PROJECT"]) == []

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -60,6 +61,8 @@ DONE = "DONE"
 OVERTAKEN = 409
 DELETE_STEP_TIMEOUT = 600.0
 OPERATION_POLL = 0.2
+# A VM gone this close to its run's end (clocks differ a little) was taken back at the end.
+RUN_END_SLACK = timedelta(seconds=5)
 
 
 class NotServed(TpuctlError):
@@ -254,8 +257,10 @@ class ComputeTpuClient:
         # deleting instance as STOPPING, which alone would read as a suspension (ids, not
         # names: the slice made again under the same name is another instance).
         self._deleting: set[str] = set()
-        # The end of each slice's run as last seen (its VMs stop saying it once they go).
+        # The end of each slice's run as last seen (its VMs stop saying it once they go), and
+        # the last view of each lone VM with one (its run's end deletes it: see _run_ended).
         self._ends: dict[str, str] = {}
+        self._last_run: dict[str, tuple[ComputeSlice, str]] = {}
 
     @classmethod
     def connect(
@@ -469,13 +474,16 @@ class ComputeTpuClient:
     # ---------------------------------------------------------- the TpuClient face: reads
 
     def get_queued_resource(self, name: str, retry: Any = None, timeout: Any = None) -> Any:
-
         project, zone, slice_name = _parts(name)
         found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
         if found is not None:
             end = termination_of(found)
+            last = self._last_run.get(name)
+            if last is not None and last[0].identity != found.identity:
+                del self._last_run[name]  # another VM under the name now
             if end:
                 self._ends[found.identity] = end
+                self._last_run[name] = (found, end)
             deleting = found.identity in self._deleting
             return slice_queued_resource(
                 name, found, deleting=deleting, termination=self._ends.get(found.identity)
@@ -483,7 +491,27 @@ class ComputeTpuClient:
         failed = self._call(retry, lambda: self.failed_insert(project, zone, slice_name))
         if failed is not None:
             return failed_queued_resource(name, failed)
+        ended = self._run_ended(name)
+        if ended is not None:
+            return ended
         raise _google_error("NotFound", f"{name} not found (no instance or MIG of that name)")
+
+    def _run_ended(self, name: str) -> Any | None:
+        """A lone VM deleted at its run's end (flex-start's DELETE) read as Cloud TPU shows a
+        queued resource whose run is over: SUSPENDED by the service, with its end; until
+        tpuctl deletes it. Only for a VM this client saw running with that end, once the end
+        has come (so a VM deleted by anyone before it is gone, not ended)."""
+        from tpuctl.clock import parse_rfc3339, utc_now
+
+        last = self._last_run.get(name)
+        if last is None:
+            return None
+        found, end = last
+        moment = parse_rfc3339(end)
+        if found.group is not None or moment is None or utc_now() < moment - RUN_END_SLACK:
+            return None
+        stopped = ComputeSlice(found.name, [{**found.instances[0], "status": "TERMINATED"}])
+        return slice_queued_resource(name, stopped, termination=end)
 
     def list_queued_resources(self, parent: str, retry: Any = None, timeout: Any = None) -> Any:
         project, zone = _parent(parent)
@@ -607,6 +635,8 @@ class ComputeTpuClient:
         request_id = str(request.request_id or "") or str(uuid.uuid4())
         found = self._call(retry, lambda: self.find_slice(project, zone, name))
         if found is None:
+            if self._last_run.pop(str(request.name), None) is not None:
+                return ComputeOperation(self, [])  # deleted at its run's end already
             failed = self.failed_insert(project, zone, name)
             if failed is None:
                 raise _google_error("NotFound", f"{request.name} not found")
