@@ -332,3 +332,37 @@ def test_a_flex_start_vm_whose_window_passes_is_failed_until_deleted(project: Pr
     deleted = project.cli("delete", spec, "--yes")
     assert deleted.exit_code == 0, deleted.stderr
     assert project.cli("status", spec).exit_code == 5
+
+
+def test_host_maintenance_of_a_vm_that_restarts_keeps_it_active(project: Project) -> None:
+    name = "ce-maint"
+    api = compute_api(project)
+    request = single_host(project, name)
+    request.requests[0].body["scheduling"]["automaticRestart"] = True
+    lifecycle.create_and_wait(api, request, until_active())
+    target = f"projects/{project.name}/zones/{ZONE}/instances/{name}"
+    project.emulator.admin.compute_maintenance(target, at=60)  # announced: 3 s from now
+    wait_for(lambda: nodes.node_disruption(api, [name]) is not None, 20, "the announcement")
+    assert nodes.node_disruption(api, [name]) == f"node {name} has maintenance announced"
+    seen: set[str] = set()
+    disruptions: set[str] = set()
+
+    def back() -> bool:
+        seen.add(queries.observe(api, name).state)
+        disruption = nodes.node_disruption(api, [name])
+        if disruption:
+            disruptions.add(disruption)
+        return len(disruptions) > 1 and disruption is None
+
+    wait_for(back, 60, "the VM back from its maintenance")
+    # Down and up again on its disk, the slice ACTIVE throughout (as a Cloud TPU node's
+    # maintenance), its node not READY meanwhile.
+    assert seen == {"ACTIVE"}, seen
+    assert disruptions <= {
+        f"node {name} has maintenance announced",
+        f"node {name} is RESTARTING",
+        f"node {name} is STOPPING",
+        f"node {name} is STOPPED",
+    }, disruptions
+    assert f"node {name} is RESTARTING" in disruptions
+    lifecycle.delete(api, name, force=True, timeout=120)

@@ -331,6 +331,8 @@ def node_state(slice_: ComputeSlice) -> tuple[str, str]:
         return "STOPPING", "HEALTH_UNSPECIFIED"
     if any(s in ("TERMINATED", "STOPPED", "SUSPENDED") for s in statuses):
         return "STOPPED", "HEALTH_UNSPECIFIED"
+    if any(i.get("lastStartTimestamp") for i in slice_.instances):
+        return "RESTARTING", "HEALTH_UNSPECIFIED"  # booting again on its disk
     return "CREATING", "HEALTH_UNSPECIFIED"
 
 
