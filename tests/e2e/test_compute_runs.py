@@ -29,19 +29,27 @@ def left_in(emulator: Any, project: str) -> list[str]:
     return names + [g.name for g in groups.list(project=project, zone=ZONE)]
 
 
-def test_a_spot_vm_preempted_is_made_again_and_the_job_resumes_to_its_end(
-    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
-) -> None:
+def compute_job(make_job: Callable[..., Job], accelerator: str, **options: Any) -> Job:
+    """A toy-trainer job on Compute Engine TPU VMs (no Autocheckpoint there); with
+    `tier="flex-start"`, runs of 10 emulated minutes (30 s at the session emulator's speed)."""
     job = make_job(
-        steps=90,
-        checkpoint_every=10,
         slices=1,
-        accelerator="v6e-4",
+        accelerator=accelerator,
         api="compute",
         runtime=IMAGE_FAMILY,
         autocheckpoint=False,
-        max_preemptions=2,
+        **options,
     )
+    if options.get("tier") == "flex-start":
+        flex = "  tier: flex-start\n  max_run_duration: 10m\n"
+        job.spec.write_text(job.spec.read_text().replace("  tier: flex-start\n", flex))
+    return job
+
+
+def test_a_spot_vm_preempted_is_made_again_and_the_job_resumes_to_its_end(
+    make_job: Callable[..., Job], emulator: Any, tmp_path: Path
+) -> None:
+    job = compute_job(make_job, "v6e-4", steps=90, checkpoint_every=10, max_preemptions=2)
     job.start_up()
     wait_for(lambda: any(step >= 20 for step in job.complete_steps()), what="steps 20+")
     project = job.env["TPUCTL_PROJECT"]
@@ -64,22 +72,8 @@ def test_a_flex_start_v5p_slice_rides_out_maintenance_and_its_run_end_to_the_job
     # 10 emulated minutes of run at the session emulator's speed (20) are 30 s of real time;
     # the trainer is stopped 15 s before each end (the grace), and needs about 20 s of
     # training: a run ends before the job does.
-    job = make_job(
-        steps=200,
-        step_seconds=0.1,
-        checkpoint_every=25,
-        slices=1,
-        accelerator="v5p-16",
-        api="compute",
-        runtime=IMAGE_FAMILY,
-        autocheckpoint=False,
-        tier="flex-start",
-        max_preemptions=3,
-    )
-    job.spec.write_text(
-        job.spec.read_text().replace(
-            "  tier: flex-start\n", "  tier: flex-start\n  max_run_duration: 10m\n"
-        )
+    job = compute_job(
+        make_job, "v5p-16", steps=200, step_seconds=0.1, checkpoint_every=25, tier="flex-start"
     )
     job.start_up()
     wait_for(lambda: any(step >= 25 for step in job.complete_steps()), what="steps 25+")
@@ -118,22 +112,14 @@ def test_a_flex_start_v5p_slice_rides_out_maintenance_and_its_run_end_to_the_job
 def test_a_single_flex_start_vm_deleted_at_its_run_s_end_is_a_run_end_not_a_preemption(
     make_job: Callable[..., Job], emulator: Any, tmp_path: Path
 ) -> None:
-    job = make_job(
+    job = compute_job(
+        make_job,
+        "v6e-4",
         steps=160,
         step_seconds=0.1,
         checkpoint_every=20,
-        slices=1,
-        accelerator="v6e-4",
-        api="compute",
-        runtime=IMAGE_FAMILY,
-        autocheckpoint=False,
         tier="flex-start",
         max_preemptions=0,  # a run end counted as a preemption would give up
-    )
-    job.spec.write_text(
-        job.spec.read_text().replace(
-            "  tier: flex-start\n", "  tier: flex-start\n  max_run_duration: 10m\n"
-        )
     )
     job.start_up()
     code, log = job.wait_up(timeout=300)

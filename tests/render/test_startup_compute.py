@@ -71,6 +71,18 @@ def _saving_trainer() -> str:
     return f"exec {sys.executable} -c {_sh_quote(trainer)}"
 
 
+def _start_saving(
+    make_worker: Callable[..., Any], job_spec: Callable[..., Any], reap: list[int]
+) -> Any:
+    """A worker of one Compute Engine slice running a trainer that saves on SIGTERM."""
+    worker = make_worker("demo")
+    assert worker.run(render_startup_script(job_spec(_saving_trainer(), slices=1))).returncode == 0
+    status = worker.wait_for_state("running", "exited")
+    if status.get("pid", "").isdigit():
+        reap.append(int(status["pid"]))
+    return worker
+
+
 def test_a_preemption_notice_stops_the_trainer_so_it_saves(
     make_worker: Callable[..., Any],
     job_spec: Callable[..., Any],
@@ -79,11 +91,7 @@ def test_a_preemption_notice_stops_the_trainer_so_it_saves(
 ) -> None:
     metadata_server.attributes = dict(COMPUTE_ATTRIBUTES)
     metadata_server.instance = {"preempted": "FALSE", "maintenance-event": "NONE"}
-    spec = job_spec(_saving_trainer(), slices=1)
-    worker = make_worker("demo")
-    assert worker.run(render_startup_script(spec)).returncode == 0
-    status = worker.wait_for_state("running")
-    _reap_trainers.append(int(status["pid"]))
+    worker = _start_saving(make_worker, job_spec, _reap_trainers)
     metadata_server.instance["preempted"] = "TRUE"
     status = worker.wait_for_state("exited")
     # Stopped by the notice: saved, and an exit after SIGTERM is never "done".
@@ -108,9 +116,7 @@ def test_announced_maintenance_stops_the_trainer_before_its_window(
         "upcoming-maintenance": '{"can_reschedule": false, "type": "SCHEDULED", '
         '"window_start_time": "2020-01-01T00:00:00Z", "maintenance_status": "PENDING"}',
     }
-    spec = job_spec(_saving_trainer(), slices=1)
-    worker = make_worker("demo")
-    assert worker.run(render_startup_script(spec)).returncode == 0
+    worker = _start_saving(make_worker, job_spec, _reap_trainers)
     status = worker.wait_for_state("exited")
     assert status["reason"] == "forwarded SIGTERM"
     log = (worker.log_dir / "boot-1.log").read_text()
