@@ -51,8 +51,13 @@ class EitherTpuClient:
 
             try:
                 return getattr(self.tpu, method)(*args, **kwargs)
-            except exceptions.NotFound:
-                return getattr(self.compute, method)(*args, **kwargs)
+            except exceptions.NotFound as missing:
+                try:
+                    return getattr(self.compute, method)(*args, **kwargs)
+                except (exceptions.Forbidden, exceptions.Unauthenticated):
+                    # Compute Engine not open to this caller: the name is not Cloud TPU's,
+                    # which is what can be said.
+                    raise missing from None
 
         return call
 
