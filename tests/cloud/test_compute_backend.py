@@ -366,3 +366,18 @@ def test_host_maintenance_of_a_vm_that_restarts_keeps_it_active(project: Project
     }, disruptions
     assert f"node {name} is RESTARTING" in disruptions
     lifecycle.delete(api, name, force=True, timeout=120)
+
+
+def test_a_vm_maintenance_stopped_for_good_was_stopped_by_the_service(project: Project) -> None:
+    name = "ce-gone"
+    api = compute_api(project)
+    # A spot VM: Compute Engine does not restart it (a standard one comes back on its disk).
+    lifecycle.create_and_wait(api, single_host(project, name, model="SPOT"), until_active())
+    project.emulator.admin.compute_maintenance(
+        f"projects/{project.name}/zones/{ZONE}/instances/{name}"
+    )
+    # It stays TERMINATED, and only the zone's terminateOnHostMaintenance operation says who
+    # stopped it (not a preemption: no statusMessage of one).
+    wait_for(lambda: queries.observe(api, name).state == "SUSPENDED", 60, f"{name} SUSPENDED")
+    assert queries.observe(api, name).initiator == "SERVICE"
+    lifecycle.delete(api, name, force=True, timeout=120)

@@ -129,3 +129,29 @@ def test_a_single_flex_start_vm_deleted_at_its_run_s_end_is_a_run_end_not_a_pree
     final = (job.checkpoint_dir / "final.json").read_bytes()
     assert final == job.uninterrupted_final(tmp_path)
     assert left_in(emulator, job.env["TPUCTL_PROJECT"]) == []
+
+
+def _drill(job: Job, kind: str) -> dict[str, Any]:
+    outcome = job.cli(
+        "drill", str(job.spec), "--kind", kind, "--external-recovery", "--timeout", "90",
+        "--format", "json",
+    )  # fmt: skip
+    assert outcome.exit_code == 0, outcome.stdout + outcome.stderr
+    report: dict[str, Any] = outcome.json()
+    assert report["ok"] is True and report["resumed_from"] is not None, report
+    return report
+
+
+@pytest.mark.parametrize(("kind", "tier"), [("preempt", "spot"), ("maintenance", "on-demand")])
+def test_a_drill_on_a_compute_slice(make_job: Callable[..., Job], kind: str, tier: str) -> None:
+    # A preempted spot VM is made again (a new disk); a standard VM maintained comes back on
+    # its disk (instances.simulateMaintenanceEvent), its startup script relaunching the job.
+    job = compute_job(make_job, "v6e-4", steps=300, checkpoint_every=10, tier=tier)
+    job.start_up()
+    job.wait_running()
+    report = _drill(job, kind)
+    boots_before, boots_after = report["boots_before"], report["boots_after"]
+    assert boots_after["0/0"] == (1 if kind == "preempt" else boots_before["0/0"] + 1), report
+    code, log = job.wait_up()
+    assert code == 0, log
+    assert ("qr.recreated" in job.journal_kinds()) == (kind == "preempt")

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpuctl.cloud.compute_rest import COMPUTE_ENV
 from tpuctl.cloud.compute_slices import (
+    STOPPED_BY,
     ComputeSlice,
     accelerator_of,
     failed_queued_resource,
@@ -31,6 +32,7 @@ from tpuctl.cloud.compute_slices import (
     short,
     slice_node,
     slice_queued_resource,
+    stop_cause,
     synthesize_queued_resource,
     termination_of,
     worker_number,
@@ -57,6 +59,8 @@ NO_CAPACITY_CODES = frozenset(
     {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED"}
 )
 DONE = "DONE"
+PREEMPTED_OPERATION = "compute.instances.preempted"
+MAINTENANCE_OPERATION = "compute.instances.terminateOnHostMaintenance"
 # An insert overtaken by a delete or a stop before its VM ran ends with this HTTP status.
 OVERTAKEN = 409
 DELETE_STEP_TIMEOUT = 600.0
@@ -354,7 +358,7 @@ class ComputeTpuClient:
             data = _as_json(instance)
             # A MIG's member named like the slice is not it: the MIG below is.
             if "created-by" not in metadata_items(data.get("metadata")):
-                return ComputeSlice(name, [data])
+                return ComputeSlice(name, [self._with_stop_cause(project, zone, data)])
         try:
             group = self._client("InstanceGroupManagersClient").get(
                 project=project, zone=zone, instance_group_manager=name
@@ -362,6 +366,23 @@ class ComputeTpuClient:
         except exceptions.NotFound:
             return None
         return self._group_slice(project, zone, _as_json(group))
+
+    def _with_stop_cause(self, project: str, zone: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A stopped instance with what stopped it, from the zone's system operations (the
+        documented signal): `compute.instances.preempted` (its statusMessage then says
+        preempted) or `compute.instances.terminateOnHostMaintenance` (stopped by the
+        service)."""
+        if data.get("status") not in ("STOPPING", "TERMINATED") or stop_cause(data):
+            return data
+        listed = self._client("ZoneOperationsClient").list(
+            request={"project": project, "zone": zone, "filter": f"targetId = {data.get('id')}"}
+        )
+        kinds = {str(_as_json(operation).get("operationType", "")) for operation in listed}
+        if PREEMPTED_OPERATION in kinds:
+            return {**data, "statusMessage": "Instance was preempted."}
+        if MAINTENANCE_OPERATION in kinds:
+            return {**data, STOPPED_BY: "SERVICE"}
+        return data
 
     def _group_slice(self, project: str, zone: str, group: dict[str, Any]) -> ComputeSlice:
         from google.api_core import exceptions
@@ -377,7 +398,7 @@ class ComputeTpuClient:
                 )
             except exceptions.NotFound:
                 continue
-            instances.append(_as_json(instance))
+            instances.append(self._with_stop_cause(project, zone, _as_json(instance)))
         ordered = sorted(
             enumerate(instances), key=lambda pair: worker_number(pair[1], 10_000 + pair[0])
         )
@@ -726,6 +747,23 @@ class ComputeTpuClient:
                     )
                 )
         return ComputeOperation(self, sent)
+
+    def simulate_maintenance_event(
+        self, request: Any, retry: Any = None, timeout: Any = None
+    ) -> ComputeOperation:
+        """Host maintenance now on the worker of the node `request.worker_ids` names (the
+        first one; worker 0 without), through instances.simulateMaintenanceEvent."""
+        project, zone, name = _parts(str(request.name))
+        found = self.find_slice(project, zone, name)
+        if found is None or not found.instances:
+            raise _google_error("NotFound", f"{request.name} not found")
+        workers = [int(worker) for worker in getattr(request, "worker_ids", []) or [0]]
+        instance = found.instances[min(workers[0], len(found.instances) - 1)]
+        with _Conflicts():
+            operation = self._client("InstancesClient").simulate_maintenance_event(
+                project=project, zone=zone, instance=str(instance["name"])
+            )
+        return ComputeOperation(self, [operation])
 
     def reset_queued_resource(self, name: str, retry: Any = None, timeout: Any = None) -> Any:
         raise TpuctlError(

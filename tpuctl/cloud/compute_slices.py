@@ -23,6 +23,9 @@ from typing import Any
 
 API = "compute"
 WORKER_NUMBER = "agent-worker-number"
+# Set (to "SERVICE") on an instance's JSON once its zone's operations say the service stopped
+# it (host maintenance): Compute Engine's instance itself does not say.
+STOPPED_BY = "_tpuctl_stopped_by"
 # One TPU VM's chips per machine type (docs/compute-engine.md) and how its accelerator type
 # counts them: v5p and TPU7x name TensorCores (2 a chip), v6e chips.
 MACHINE_CHIPS = {
@@ -245,8 +248,17 @@ def instance_state(instance: Mapping[str, Any]) -> tuple[str, str | None]:
 
 
 def _stop_initiator(instance: Mapping[str, Any]) -> str:
-    """A run that reached its maxRunDuration was stopped by the service, else by a user."""
-    return "SERVICE" if _scheduling(instance).get("maxRunDuration") else "USER"
+    """The service stopped it (host maintenance, its run's maxRunDuration), else a user."""
+    if instance.get(STOPPED_BY) or _scheduling(instance).get("maxRunDuration"):
+        return "SERVICE"
+    return "USER"
+
+
+def stop_cause(instance: Mapping[str, Any]) -> str | None:
+    """What is known to have stopped an instance: "preempted", "service", else None."""
+    if _preempted(instance):
+        return "preempted"
+    return "service" if instance.get(STOPPED_BY) else None
 
 
 def group_state(slice_: ComputeSlice) -> tuple[str, str | None]:
