@@ -242,10 +242,33 @@ def gcs_server(fake: GcsFake) -> Iterator[str]:
 
 @dataclass
 class ComputeFake:
-    """A project's common instance metadata and firewall rules."""
+    """A project's common instance metadata and firewall rules; the machine types of each
+    zone, the image families of each project, the reservations of each zone (their status)."""
 
     metadata: dict[str, str] = field(default_factory=dict)
     firewalls: list[dict[str, Any]] = field(default_factory=list)
+    machine_types: dict[str, set[str]] = field(default_factory=dict)
+    families: dict[str, set[str]] = field(default_factory=dict)
+    reservations: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def machine_type(self, match: re.Match[str], _query: dict[str, list[str]]) -> Any:
+        project, zone, name = match.groups()
+        if name in self.machine_types.get(zone, set()):
+            return 200, {"name": name, "zone": zone}
+        return _missing(f"projects/{project}/zones/{zone}/machineTypes/{name}")
+
+    def family(self, match: re.Match[str], _query: dict[str, list[str]]) -> Any:
+        project, family = match.groups()
+        if family in self.families.get(project, set()):
+            return 200, {"name": f"{family}-v20260101", "family": family, "status": "READY"}
+        return _missing(f"projects/{project}/global/images/family/{family}")
+
+    def reservation(self, match: re.Match[str], _query: dict[str, list[str]]) -> Any:
+        project, zone, name = match.groups()
+        status = self.reservations.get(zone, {}).get(name)
+        if status is not None:
+            return 200, {"name": name, "zone": zone, "status": status}
+        return _missing(f"projects/{project}/zones/{zone}/reservations/{name}")
 
     def project(self, match: re.Match[str], _query: dict[str, list[str]]) -> tuple[int, Any]:
         items = [{"key": key, "value": value} for key, value in self.metadata.items()]
@@ -255,11 +278,20 @@ class ComputeFake:
         return 200, {"kind": "compute#firewallList", "items": self.firewalls}
 
 
+def _missing(resource: str) -> tuple[int, Any]:
+    """Compute Engine's 404 for a resource that does not exist."""
+    message = f"The resource '{resource}' was not found"
+    return 404, {"error": {"code": 404, "message": message, "errors": [{"reason": "notFound"}]}}
+
+
 @contextmanager
 def compute_server(fake: ComputeFake) -> Iterator[str]:
     routes: dict[str, Route] = {
         r"/compute/v1/projects/([^/]+)": fake.project,
         r"/compute/v1/projects/([^/]+)/global/firewalls": fake.firewall_list,
+        r"/compute/v1/projects/([^/]+)/zones/([^/]+)/machineTypes/([^/]+)": fake.machine_type,
+        r"/compute/v1/projects/([^/]+)/global/images/family/([^/]+)": fake.family,
+        r"/compute/v1/projects/([^/]+)/zones/([^/]+)/reservations/([^/]+)": fake.reservation,
     }
     with http_fake(routes) as url:
         yield url

@@ -375,3 +375,58 @@ def test_doctor_in_a_pipe_pads_no_line_to_the_longest_message(project: Project) 
     fix = lines[runtime + 1]  # the fix, whole, under the row it mends
     assert fix.strip() == "fix: set tpu.runtime to tpu-ubuntu2204-base (the closest offered)"
     assert fix.index("fix:") == lines[0].index("RESULT")
+
+
+COMPUTE_FAMILY = "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
+
+
+def write_compute(project: Project, **capacity: Any) -> Path:
+    return write(
+        project,
+        tpu={"api": "compute", "accelerator": "v6e-4", "runtime": COMPUTE_FAMILY},
+        capacity={"tier": "on-demand", **capacity},
+    )
+
+
+def test_a_compute_spec_checks_its_machine_type_image_and_reservation(project: Project) -> None:
+    spec = write_compute(project, tier="reserved", reservation="tpu-pool")
+    fake = ComputeFake(
+        machine_types={ZONE: {"ct6e-standard-4t"}},
+        families={"ubuntu-os-accelerator-images": {COMPUTE_FAMILY}},
+        reservations={ZONE: {"tpu-pool": "READY"}},
+    )
+    with compute_server(fake) as url:
+        env = {"TPUCTL_COMPUTE_ENDPOINT": url}
+        outcome = doctor(project, spec, env)
+        assert outcome.exit_code == 0, outcome.stderr
+        found = checks_of(outcome)
+        assert found.get("machine-type", {}).get("ok"), outcome.stdout
+        assert (
+            found["machine-type"]["ok"] and "ct6e-standard-4t" in found["machine-type"]["message"]
+        )
+        assert found["image"]["ok"] and COMPUTE_FAMILY in found["image"]["message"]
+        assert found["reservation"]["ok"] and "READY" in found["reservation"]["message"]
+        # None of the Cloud TPU API's checks: this spec's slices are Compute Engine's.
+        assert "accelerator" not in found and "runtime" not in found
+
+        fake.machine_types = {"us-east5-a": {"ct6e-standard-4t"}}
+        missing = doctor(project, spec, env)
+        assert missing.exit_code == 2
+        blocked = checks_of(missing)["machine-type"]
+        assert blocked["message"] == f"machine type ct6e-standard-4t is not offered in {ZONE}"
+        assert "gcloud compute machine-types list" in blocked["fix"]
+
+        fake.machine_types = {ZONE: {"ct6e-standard-4t"}}
+        fake.reservations = {}
+        assert checks_of(doctor(project, spec, env))["reservation"]["ok"] is False
+
+
+def test_a_compute_spec_on_the_emulator_skips_what_its_compute_engine_lacks(
+    project: Project,
+) -> None:
+    outcome = doctor(project, write_compute(project))
+    assert outcome.exit_code == 0, outcome.stderr
+    found = checks_of(outcome)
+    assert found["machine-type"]["severity"] == "info"
+    assert "has no MachineTypes.get" in found["machine-type"]["message"]
+    assert "could not check" not in outcome.stdout

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Project
+from tests.harness import ZONE, Project
 from tests.support import AMBIENT, Outcome, invoke, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +39,7 @@ class Job:
     up_log: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     environ: dict[str, str] = field(default_factory=dict)  # for every tpuctl it runs
+    api: str = "tpu"  # the spec's tpu.api
 
     # -------------------------------------------------------------- tpuctl
 
@@ -126,6 +127,12 @@ class Job:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def qr_exists(self) -> bool:
+        if self.api == "compute":
+            from tpuctl.cloud.client import connect
+            from tpuctl.cloud.resolve import Location
+
+            api = connect(Location(self.project.name, ZONE), environ=self.env, api="compute")
+            return api.find_queued_resource(self.name) is not None
         return self.project.qr_exists(self.name)
 
     def uninterrupted_final(self, tmp_path: Path) -> bytes:
@@ -160,6 +167,9 @@ def make_job(project: Project) -> Iterator[Callable[..., Job]]:
         max_failures: int = 0,
         conventionless: bool = False,
         elsewhere: bool = True,
+        api: str = "tpu",
+        runtime: str = "tpu-ubuntu2204-base",
+        tier: str = "spot",
     ) -> Job:
         """`conventionless`: the trainer prints nothing, writes no done marker and keeps its
         checkpoints where its own --checkpoint-dir says: `elsewhere` than the spec's
@@ -181,11 +191,12 @@ def make_job(project: Project) -> Iterator[Callable[..., Job]]:
             f"""apiVersion: tpuctl/v1
 name: {name}
 tpu:
+  api: {api}
   accelerator: {accelerator}
-  runtime: tpu-ubuntu2204-base
+  runtime: {runtime}
   slices: {slices}
 capacity:
-  tier: spot
+  tier: {tier}
 checkpoint:
   dir: {checkpoint_dir}
   autocheckpoint: {str(autocheckpoint).lower()}
@@ -207,6 +218,7 @@ recovery:
             steps=steps,
             trainer_args=trainer,
             slices=slices,
+            api=api,
         )
         made.append(job)
         return job

@@ -50,6 +50,7 @@ HEARTBEAT_SECONDS="${TPUCTL_HEARTBEAT_SECONDS:-10}"
 # How long before the platform takes the VM back (a flex-start run's end) the trainer is
 # stopped: the grace Autocheckpoint gives before maintenance.
 RUN_END_LEAD_SECONDS=$GRACE_SECONDS
+PLATFORM_POLL_SECONDS="${TPUCTL_PLATFORM_POLL_SECONDS:-5}"
 TPUCTL_DIR="$VM_ROOT$STATE_ROOT"
 STATE_DIR="$TPUCTL_DIR/$RUN_NAME"
 LOG_DIR="$VM_ROOT$LOG_ROOT/$RUN_NAME"
@@ -194,6 +195,26 @@ termination_epoch() {
     date -u -d "$text" +%s 2>/dev/null && return 0
   done
   return 1
+}
+
+# The address of a worker named by its instance name (a Compute Engine TPU VM's endpoints):
+# the VPC's internal DNS, or on the emulator its stand-in, $TPUCTL_VM_ROOT/etc/hosts.
+host_address() {
+  local name=$1 address names entry
+  if [[ -n $VM_ROOT ]]; then
+    [[ -r $VM_ROOT/etc/hosts ]] || return 1
+    while read -r address names; do
+      [[ $address == \#* ]] && continue
+      for entry in $names; do
+        if [[ $entry == "$name" ]]; then
+          printf '%s' "$address"
+          return 0
+        fi
+      done
+    done <"$VM_ROOT/etc/hosts"
+    return 1
+  fi
+  read -r address _ < <(getent hosts "$name") && [[ -n $address ]] && printf '%s' "$address"
 }
 
 # tpu-env holds lines like `MEGASCALE_SLICE_ID: '1'`.
@@ -478,17 +499,23 @@ elif ((DONE_RC == 2)); then
   fail_setup "cannot tell whether the job is done, so it is not relaunched: $LOOKUP_ERROR"
 fi
 
-# 4. Who this worker is, from the metadata server.
-WORKER_ID=$(metadata agent-worker-number) ||
-  fail_setup "cannot read agent-worker-number from $METADATA_URL"
+# 4. Who this worker is, from the metadata server. A Cloud TPU VM and a Compute Engine TPU VM
+#    say it differently: tpu-env's WORKER_ID / ACCELERATOR_TYPE are TPU_-prefixed on Compute
+#    Engine, and its worker-network-endpoints are instance names, not `n:unknown:IP` triples.
 TPU_ENV=$(metadata tpu-env) || TPU_ENV=""
+WORKER_ID=$(metadata agent-worker-number) || WORKER_ID=$(tpu_env_value TPU_WORKER_ID)
+[[ -n $WORKER_ID ]] ||
+  fail_setup "cannot read agent-worker-number (nor tpu-env's TPU_WORKER_ID) from $METADATA_URL"
 ENDPOINTS=$(metadata worker-network-endpoints) || ENDPOINTS=""
 NODE_ID=$(tpu_env_value NODE_ID)
 ACCELERATOR_TYPE=$(tpu_env_value ACCELERATOR_TYPE)
+[[ -n $ACCELERATOR_TYPE ]] || ACCELERATOR_TYPE=$(tpu_env_value TPU_ACCELERATOR_TYPE)
+[[ -n $ACCELERATOR_TYPE ]] || ACCELERATOR_TYPE=$(metadata accelerator-type) || ACCELERATOR_TYPE=""
 MEGASCALE_COORDINATOR_ADDRESS=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
 MEGASCALE_NUM_SLICES=$(tpu_env_value MEGASCALE_NUM_SLICES)
 MEGASCALE_SLICE_ID=$(tpu_env_value MEGASCALE_SLICE_ID)
 TPU_ENV_WORKER_ID=$(tpu_env_value WORKER_ID)
+[[ -n $TPU_ENV_WORKER_ID ]] || TPU_ENV_WORKER_ID=$(tpu_env_value TPU_WORKER_ID)
 if [[ -n $TPU_ENV_WORKER_ID && $TPU_ENV_WORKER_ID != "$WORKER_ID" ]]; then
   log "warning: tpu-env WORKER_ID=$TPU_ENV_WORKER_ID differs from agent-worker-number=$WORKER_ID"
 fi
@@ -502,8 +529,17 @@ for number in "$WORKER_ID" "$SLICE_ID" "$NUM_SLICES"; do
 done
 # JAX's coordinator is worker 0 on port 8476; across slices that is slice 0's worker 0, which
 # MEGASCALE_COORDINATOR_ADDRESS names (the first endpoint of this slice would differ per slice).
-IFS=: read -r _ _ FIRST_IP _ <<<"${ENDPOINT_LIST[0]:-}" || true
+FIRST_ENDPOINT=${ENDPOINT_LIST[0]:-}
+if [[ $FIRST_ENDPOINT == *:* ]]; then
+  IFS=: read -r _ _ FIRST_IP _ <<<"$FIRST_ENDPOINT" || true
+else
+  FIRST_IP=$(host_address "$FIRST_ENDPOINT") || FIRST_IP=""
+  [[ -n $FIRST_IP || -z $FIRST_ENDPOINT ]] || log "warning: cannot resolve $FIRST_ENDPOINT"
+fi
 COORDINATOR_HOST=${FIRST_IP:-127.0.0.1}
+# A Compute Engine TPU VM (its tpu-env says TPU_WORKER_ID): no Autocheckpoint there.
+ON_COMPUTE_ENGINE=0
+[[ -n $(tpu_env_value TPU_WORKER_ID) ]] && ON_COMPUTE_ENGINE=1
 if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
   COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
 fi
@@ -709,10 +745,51 @@ watch_run_end() {
   done
 }
 
+# On Compute Engine there is no Autocheckpoint: the platform's own notices, read from the
+# metadata server, give the trainer the same SIGTERM (through the supervisor, as above) so it
+# saves: a spot preemption (instance/preempted TRUE), host maintenance under way
+# (instance/maintenance-event not NONE), or announced (instance/upcoming-maintenance, whose
+# window_start_time is treated as the run's end: SIGTERM RUN_END_LEAD_SECONDS before). Read
+# every PLATFORM_POLL_SECONDS (÷ the emulator's speed); once, then it is done.
+watch_platform() {
+  local supervisor=$1 base=${METADATA_URL%/attributes} lead pause speed=${TPUCTL_EMULATOR_SPEED:-1}
+  local text reason start now
+  lead=$(awk -v lead="$RUN_END_LEAD_SECONDS" -v speed="$speed" \
+    'BEGIN { if (speed + 0 <= 0) speed = 1; printf "%d", lead / speed + 0.5 }')
+  pause=$(awk -v pause="$PLATFORM_POLL_SECONDS" -v speed="$speed" \
+    'BEGIN { if (speed + 0 <= 0) speed = 1; p = pause / speed; if (p < 1) p = 1; printf "%d", p }')
+  while kill -0 "$supervisor" 2>/dev/null; do
+    reason=""
+    text=$(platform_value "$base/preempted") || text=""
+    [[ $text == TRUE ]] && reason="the VM is preempted"
+    text=$(platform_value "$base/maintenance-event") || text=""
+    [[ -z $reason && -n $text && $text != NONE ]] && reason="host maintenance ($text)"
+    if [[ -z $reason ]] && text=$(platform_value "$base/upcoming-maintenance"); then
+      text=${text#*\"window_start_time\"}
+      text=${text#*\"}
+      start=$(date -u -d "${text%%\"*}" +%s 2>/dev/null) || start=""
+      now=$(date +%s)
+      if [[ -n $start ]] && ((now >= start - lead)); then
+        reason="host maintenance at $(date -u -d "@$start" +%Y-%m-%dT%H:%M:%SZ)"
+      fi
+    fi
+    if [[ -n $reason ]]; then
+      log "$reason: stopping the trainer so it saves first"
+      kill -s TERM "$supervisor" 2>/dev/null
+      return 0
+    fi
+    sleep "$pause"
+  done
+}
+
+platform_value() {
+  curl -fsS --connect-timeout 2 --max-time 5 -H 'Metadata-Flavor: Google' "$1" 2>/dev/null
+}
+
 supervise() {
   set +e
   LOG_TO_STDERR=0 # stderr is the boot log already
-  local supervisor=$BASHPID heartbeat_pid run_end_pid rc previous="" launcher
+  local supervisor=$BASHPID heartbeat_pid run_end_pid platform_pid="" rc previous="" launcher
   SIGNALLED=0
   if [[ -n $UNIT ]]; then
     start_unit </dev/null >>"$BOOT_LOG" 2>&1 9>&- &
@@ -779,6 +856,10 @@ supervise() {
   heartbeat_pid=$!
   watch_run_end "$supervisor" 9>&- &
   run_end_pid=$!
+  if ((ON_COMPUTE_ENGINE)); then
+    watch_platform "$supervisor" 9>&- &
+    platform_pid=$!
+  fi
   # A trapped signal makes `wait` return early while the trainer still runs: wait again. No
   # deadline of our own: the grace period is the platform's.
   while :; do
@@ -791,7 +872,7 @@ supervise() {
   # 127: the status was collected by the wait a late signal interrupted.
   if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
   # The watcher holds no lock: it is not waited for (its metadata read may take seconds).
-  kill "$heartbeat_pid" "$run_end_pid" 2>/dev/null
+  kill "$heartbeat_pid" "$run_end_pid" $platform_pid 2>/dev/null
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
   read_last_step

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -33,12 +35,28 @@ MULTISLICE_ATTRIBUTES = {
 }
 
 
+INSTANCE_PREFIX = "/computeMetadata/v1/instance/"
+
+
 @dataclass
 class MetadataServer:
     """A GCE-style metadata server on 127.0.0.1 serving instance attributes."""
 
     attributes: dict[str, str] = field(default_factory=lambda: dict(MULTISLICE_ATTRIBUTES))
     host: str = ""
+    # Other instance keys (`preempted`, `maintenance-event`, `scheduling/…`), by their path
+    # under computeMetadata/v1/instance/.
+    instance: dict[str, str] = field(default_factory=dict)
+
+
+@pytest.fixture
+def _reap_trainers() -> Iterator[list[int]]:
+    """Kill any process group a test left running (a failed assertion mid-run)."""
+    groups: list[int] = []
+    yield groups
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -50,6 +68,8 @@ def metadata_server() -> Iterator[MetadataServer]:
         def do_GET(self) -> None:
             key = self.path[len(prefix) :] if self.path.startswith(prefix) else None
             value = server_state.attributes.get(key) if key else None
+            if key is None and self.path.startswith(INSTANCE_PREFIX):
+                value = server_state.instance.get(self.path[len(INSTANCE_PREFIX) :])
             # The real server refuses requests without the header.
             if self.headers.get("Metadata-Flavor") != "Google" or value is None:
                 self.send_error(404 if value is None else 403)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -11,7 +10,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,16 +26,6 @@ RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 # A job that runs until the test creates $HOME/release: the test, not a sleep, decides when
 # training ends. Bounded (~30 s) so that a failed test leaves nothing running for long.
 UNTIL_RELEASED = 'for _ in $(seq 600); do test -e "$HOME/release" && break; sleep 0.05; done'
-
-
-@pytest.fixture(autouse=True)
-def _reap_trainers() -> Iterator[list[int]]:
-    """Kill any process group a test left running (a failed assertion mid-run)."""
-    groups: list[int] = []
-    yield groups
-    for group in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
 
 
 def release(worker: Any) -> None:

@@ -17,7 +17,7 @@ from tpuctl.cli.options import (
     spec_argument,
 )
 from tpuctl.cli.output import emit
-from tpuctl.cli.targets import connect_api, load_spec_warned, resolve_location_for
+from tpuctl.cli.targets import api_of, connect_api, load_spec_warned, resolve_location_for
 from tpuctl.cli.views.doctor import doctor_view
 
 if TYPE_CHECKING:
@@ -89,7 +89,10 @@ def doctor(
         emit(run_supervisor_doctor(spec, location, impersonate=impersonate), doctor_view)
         return
     result = run_doctor(
-        spec, location, lambda: connect_api(location, impersonate), impersonate=impersonate
+        spec,
+        location,
+        lambda: connect_api(location, impersonate, api_of(spec)),
+        impersonate=impersonate,
     )
     emit(result, doctor_view)
 

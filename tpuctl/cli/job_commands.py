@@ -160,11 +160,13 @@ def drill(
     check_kind(choices["kind"], on_emulator=is_emulator())  # before any credentials are needed
     resolved = resolve_target(app, target, project, zone, overrides)
     api = connect_target(app, resolved, impersonate)
-    admin = None
+    admin: Any = None
     if is_emulator():
         from tpuctl.emulator.client.admin import AdminClient
 
         admin = AdminClient(os.environ[EMULATOR_ENV])
+        if api.api == "compute":
+            admin = ComputeAdmin(admin, api)
     settings = ssh_settings(app, **pop_worker_ssh(choices))
     runner = Drill(
         ApiQueuedResource(api, resolved.spec, resolved.name),
@@ -178,6 +180,30 @@ def drill(
     with interrupts():
         report = runner.run()
     emit(report, views.drill_view)
+
+
+class ComputeAdmin:
+    """A drill's emulator calls for a Compute Engine slice: a preemption is the Compute
+    Engine fake's, of the run's instance or of every VM of its MIG."""
+
+    def __init__(self, admin: Any, api: TpuApi) -> None:
+        self.admin = admin
+        self.api = api
+
+    def preempt(self, queued_resource: str) -> dict[str, Any]:
+        location = self.api.location
+        name = queued_resource.rsplit("/", 1)[-1]
+        found = self.api.client.find_slice(location.project, location.zone, name)
+        kind = "instances" if found is None or found.group is None else "instanceGroupManagers"
+        target = f"projects/{location.project}/zones/{location.zone}/{kind}/{name}"
+        result: dict[str, Any] = self.admin.compute_preempt(target)
+        return result
+
+    def fail_slice(self, queued_resource: str, slice_index: int) -> dict[str, Any]:
+        raise UsageError(
+            "the emulator's Compute Engine has no slice failure to inject",
+            hint="use --kind preempt or --kind maintenance on a tpu.api: compute spec",
+        )
 
 
 @click.command()
@@ -224,7 +250,8 @@ def report(
         spec = load_spec_warned(app, target, overrides)
     else:
         resolved = resolve_target(app, target, project, zone, overrides)
-        spec = spec_of_queued_resource(connect_api(resolved.location, impersonate), resolved.name)
+        api = connect_api(resolved.location, impersonate, "either")  # a name: either API
+        spec = spec_of_queued_resource(api, resolved.name)
     result = report_for(spec)
     if not result.entries:
         app.warn(f"the journal of run {result.run} is empty: was it started with tpuctl up?")

@@ -32,6 +32,7 @@ from tpuctl.cli.output import emit
 from tpuctl.cli.progress import WaitProgress
 from tpuctl.cli.targets import (
     Target,
+    api_of,
     connect_api,
     connect_target,
     connect_zones,
@@ -162,10 +163,11 @@ def create(
 
         app.info(f"dry run: would create {location.queued_resource_name(spec.name)}")
         result = CreateResult("dry_run", spec.name, request.request_id)
-        result.request = request_as_dict(request)
+        compute = spec.tpu.api == "compute"  # Compute Engine's requests, in their order
+        result.request = request.as_dict() if compute else request_as_dict(request)
         emit(result, views.create_view)
         return
-    api = connect_api(location, impersonate)
+    api = connect_api(location, impersonate, api_of(spec))
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     options = _wait_options(spec, **waiting)
@@ -376,7 +378,7 @@ def delete(
     resolved = resolve_target(app, target, project, zone)
     if not yes:
         _confirm_delete(resolved, force)
-    api = connect_api(resolved.location, impersonate)
+    api = connect_api(resolved.location, impersonate, api_of(resolved.spec))
     if resolved.spec is not None:
         _stop_supervision(app, resolved)
     with WaitProgress(app, resolved.name).shown() as progress:

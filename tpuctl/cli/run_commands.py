@@ -33,7 +33,13 @@ from tpuctl.cli.options import (
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.progress import interrupts
-from tpuctl.cli.targets import connect_api, load_spec_loaded, resolve_location_for, up_command
+from tpuctl.cli.targets import (
+    api_of,
+    connect_api,
+    load_spec_loaded,
+    resolve_location_for,
+    up_command,
+)
 from tpuctl.cli.views import jobs as views
 from tpuctl.errors import TpuctlError, UsageError
 
@@ -231,7 +237,7 @@ def _supervise(
         inherited = _kept_options(store)
     tuning = {**tuning, **_inherit(inherited, given, tuning)}
     no_preflight = bool(tuning.pop("no_preflight", False))
-    api = connect_api(location, impersonate)
+    api = connect_api(location, impersonate, api_of(spec))
     if not no_preflight:
         preflight(app, spec, location, api, impersonate)
     settings = ssh_settings(app, **pop_worker_ssh(tuning))
@@ -821,7 +827,7 @@ def _ask_live(rows: list[Any], impersonate: str | None) -> None:
             api = apis.get(row.project)
             if api is None:
                 location = resolve_location_for(row.project, row.zones[0], None)
-                api = apis[row.project] = connect_api(location, impersonate)
+                api = apis[row.project] = connect_api(location, impersonate, "either")
             row.queued_resources = live_queued_resources(api, row.name, row.zones)
         except TpuctlError as error:
             row.error = "; ".join(filter(None, [row.error, f"the TPU API: {error.message}"]))

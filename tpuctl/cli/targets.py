@@ -124,18 +124,28 @@ def resolve_target(
     return Target(argument, None, resolve_location_for(project, zone, None))
 
 
-def connect_api(location: Location, impersonate: str | None) -> TpuApi:
+def api_of(spec: Spec | None) -> str:
+    """Where a spec's slices come from: its tpu.api; for a name without a spec, "either"
+    (the Cloud TPU API, then Compute Engine)."""
+    return spec.tpu.api if spec is not None else "either"
+
+
+def connect_api(location: Location, impersonate: str | None, api: str = "tpu") -> TpuApi:
     """The API for a command: a call that keeps failing is said on stderr after a few seconds
-    (what is being retried, for how long), not suffered in silence."""
+    (what is being retried, for how long), not suffered in silence. `api`: the spec's
+    tpu.api (Compute Engine answers behind the same face)."""
     from dataclasses import replace
 
     from tpuctl.cli.context import app_context
     from tpuctl.cloud.client import connect
 
-    api = connect(location, impersonate=impersonate)
+    api_client = connect(location, impersonate=impersonate, api=api)
     if click.get_current_context(silent=True) is None:
-        return api  # shell completion: nothing may reach the user's terminal
-    return replace(api, on_retry=app_context().warn)
+        return api_client  # shell completion: nothing may reach the user's terminal
+    warn = app_context().warn
+    if hasattr(api_client.client, "on_error"):  # both APIs: a Compute Engine side unlisted
+        api_client.client.on_error = warn
+    return replace(api_client, on_retry=warn)
 
 
 def connect_target(
@@ -148,7 +158,7 @@ def connect_target(
     nowhere: NotFoundError naming every zone asked (`missing_ok`: the first zone's API)."""
     from tpuctl.cloud.queries import delete_command, locate
 
-    api = connect_api(target.location, impersonate)
+    api = connect_api(target.location, impersonate, api_of(target.spec))
     if len(target.zones) < 2:
         return api
     located = locate(api, target.name, target.zones)
@@ -201,7 +211,7 @@ def connect_zones(
     chosen = parse_zones(zones) if zones is not None else None
     # With --all-zones only the project matters: the zone is the API's "every location".
     first = EVERY_ZONE if all_zones else chosen[0] if chosen else zone
-    api = connect_api(resolve_location_for(project, first, None), impersonate)
+    api = connect_api(resolve_location_for(project, first, None), impersonate, "either")
     return api, zones_to_ask(api, chosen, every=all_zones)
 
 

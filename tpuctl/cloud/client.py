@@ -376,6 +376,9 @@ class TpuApi:
     impersonate: str | None = None  # the service account acted as, for the other APIs
     rest: Any = None
     transport: str = "grpc"
+    # Where slices come from: "tpu" (queued resources) or "compute" (Compute Engine instances
+    # and MIGs behind the same face, tpuctl.cloud.compute).
+    api: str = "tpu"
 
     def _rest_client(self, why: str) -> Any:
         if self.rest is None:
@@ -395,7 +398,10 @@ class TpuApi:
         return self.client
 
     def over_rest(self) -> TpuApi:
-        """The same API, its queued-resource and node calls over REST."""
+        """The same API, its queued-resource and node calls over REST (Compute Engine's
+        answers carry every field already: the same API)."""
+        if self.api == "compute":
+            return self
         return replace(self, transport="rest")
 
     def _notice(self, what: str) -> Callable[[BaseException], None] | None:
@@ -607,16 +613,35 @@ def connect(
     *,
     impersonate: str | None = None,
     environ: Mapping[str, str] | None = None,
+    api: str = "tpu",
 ) -> TpuApi:
-    """A ready TpuApi for a resolved location (credentials are loaded here, once)."""
+    """A ready TpuApi for a resolved location (credentials are loaded here, once). `api`:
+    the spec's tpu.api; "compute" answers through Compute Engine (tpuctl.cloud.compute);
+    "either" (a NAME, a listing: where its slices are is not known) asks both
+    (tpuctl.cloud.either) where Compute Engine can be reached."""
     from tpuctl.cloud.rest import ENDPOINT_ENV, RestTpuClient
 
     env = os.environ if environ is None else environ
     credentials = load_credentials(impersonate=impersonate, environ=env)
+    if api == "compute":
+        from tpuctl.cloud.compute import ComputeTpuClient
+
+        return TpuApi(
+            client=ComputeTpuClient.connect(credentials, env),
+            location=location,
+            retry_total=retry_seconds(env),
+            impersonate=impersonate,
+            api="compute",
+        )
     client = make_tpu_client(impersonate=impersonate, environ=env, credentials=credentials)
     # The emulator's REST face is where `tpuctl emulator env` says; without that, none.
     reachable = not is_emulator(env) or bool(env.get(ENDPOINT_ENV))
     rest = RestTpuClient.connect(credentials, env) if reachable else None
+    if api == "either" and compute_reachable(env):
+        from tpuctl.cloud.compute import ComputeTpuClient
+        from tpuctl.cloud.either import EitherTpuClient
+
+        client = EitherTpuClient(client, ComputeTpuClient.connect(credentials, env))
     return TpuApi(
         client=client,
         location=location,
@@ -625,6 +650,13 @@ def connect(
         rest=rest,
         transport=transport_of(env),
     )
+
+
+def compute_reachable(environ: Mapping[str, str]) -> bool:
+    """Compute Engine can be asked: the real one, or the emulator's where it is announced."""
+    from tpuctl.cloud.compute_rest import COMPUTE_ENV
+
+    return not is_emulator(environ) or bool(environ.get(COMPUTE_ENV))
 
 
 def transport_of(environ: Mapping[str, str]) -> str:

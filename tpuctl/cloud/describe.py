@@ -18,6 +18,13 @@ from tpuctl.worker import JOB_LABEL, MANAGED_BY_LABEL, MANAGER, SPEC_HASH_LABEL
 UNSET_ENUMS = frozenset({"STATE_UNSPECIFIED", "STATE_INITIATOR_UNSPECIFIED", "HEALTH_UNSPECIFIED"})
 
 
+def source_of(queued_resource: Any) -> str:
+    """Where a queued resource's slices are: "tpu" (Cloud TPU) or "compute" (Compute Engine)."""
+    from tpuctl.cloud.rest import SOURCE_ATTRIBUTE
+
+    return str(getattr(queued_resource, SOURCE_ATTRIBUTE, "tpu"))
+
+
 @dataclass(frozen=True)
 class Template:
     """What a queued resource asks for, read back from its first node spec."""
@@ -213,6 +220,7 @@ class QueuedResourceStatus(Result):
     nodes: list[NodeSummary]
     # Every worker's job (`status --jobs`, read over SSH by tpuctl.jobs); None otherwise.
     jobs: list[Any] | None = None
+    api: str = "tpu"  # where its slices are: tpu (Cloud TPU) or compute (Compute Engine)
 
 
 @dataclass(frozen=True)
@@ -229,6 +237,7 @@ class QueuedResourceEntry:
     managed_by_tpuctl: bool
     job: str | None
     zone: str | None = None
+    api: str = "tpu"  # tpu (Cloud TPU) or compute (Compute Engine)
 
 
 @dataclass
@@ -308,6 +317,7 @@ def queued_resource_summary(
         job=labels.get(JOB_LABEL),
         spec_hash=labels.get(SPEC_HASH_LABEL),
         nodes=[node_summary(node_id, node_map.get(node_id)) for node_id in template.node_ids],
+        api=source_of(queued_resource),
     )
 
 
@@ -325,6 +335,7 @@ def list_entry(queued_resource: Any, zone: str | None = None) -> QueuedResourceE
         managed_by_tpuctl=template.labels.get(MANAGED_BY_LABEL) == MANAGER,
         job=template.labels.get(JOB_LABEL),
         zone=zone,
+        api=source_of(queued_resource),
     )
 
 

@@ -27,6 +27,9 @@ TPU_API = "https://tpu.googleapis.com/"
 VERSION = "v2alpha1"
 # The attribute of a message read over REST that holds the JSON its type lacks.
 _REST_FIELDS = "_tpuctl_rest_fields"
+# The attribute a queued resource synthesized from Compute Engine (tpuctl.cloud.compute_slices)
+# carries with the API it came from ("compute"); one read from the Cloud TPU API has none.
+SOURCE_ATTRIBUTE = "_tpuctl_source"
 PAGE_SIZE = 500
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from tpuctl.clock import utc_now
 from tpuctl.cloud import lifecycle
 from tpuctl.cloud.client import TpuApi
+from tpuctl.cloud.compute import ComputeCreate
 from tpuctl.cloud.resolve import Location
 from tpuctl.cloud.results import CreateResult
 from tpuctl.render.request import render_request
@@ -17,13 +18,38 @@ from tpuctl.spec.model import Spec
 
 def create_request(spec: Spec, location: Location, request_id: str | None = None) -> Any:
     """The CreateQueuedResourceRequest for `spec` in `location`, with one request_id that every
-    retry of this create reuses (a new one per create)."""
+    retry of this create reuses (a new one per create); for a `tpu.api: compute` spec, the
+    Compute Engine requests in their order (tpuctl.cloud.compute.ComputeCreate)."""
+    if spec.tpu.api == "compute":
+        return compute_create(spec, location, request_id or lifecycle.new_request_id())
     return render_request(
         spec,
         project=location.project,
         zone=location.zone,
         request_id=request_id or lifecycle.new_request_id(),
         now=utc_now(),
+    )
+
+
+def compute_create(spec: Spec, location: Location, request_id: str) -> ComputeCreate:
+    """The create of a Compute Engine slice named like the spec's queued resource would be."""
+    from tpuctl.render.compute import render_compute
+
+    plan = render_compute(
+        spec,
+        project=location.project,
+        zone=location.zone,
+        run_name=spec.name,
+        startup_script=None,
+    )
+    return ComputeCreate(
+        parent=location.parent,
+        queued_resource_id=spec.name,
+        request_id=request_id,
+        requests=tuple(plan.requests),
+        hosts=plan.hosts,
+        machine_type=plan.machine_type,
+        single_host=plan.single_host,
     )
 
 

@@ -37,6 +37,7 @@ LIST_COLUMNS = (
     Column("JOB", drop=4),  # most often the queued resource's own name
     Column("ZONE", wide=True),
 )
+API_COLUMN = Column("API", drop=5)  # tpu | compute: shown once a row is Compute Engine's
 
 
 def status_view(status: QueuedResourceStatus, style: Style) -> str:
@@ -49,6 +50,11 @@ def status_view(status: QueuedResourceStatus, style: Style) -> str:
         f"  {status.accelerator} × {status.slices} slice(s), {status.tier}, runtime "
         f"{status.runtime}, created {style.time(status.create_time)}",
     ]
+    if status.api == "compute":
+        lines[-1] = (
+            f"  {status.accelerator}, {status.tier}, on Compute Engine, "
+            f"created {style.time(status.create_time)}"
+        )
     if status.failure:
         lines.append(f"  failed: {status.failure.get('message')}")
     text = "\n".join(lines) + "\n"
@@ -111,6 +117,11 @@ def list_view(result: QueuedResourceList, style: Style) -> str:
         for entry in result.queued_resources
     ]
     columns = zone_column(LIST_COLUMNS, zones)
+    if any(entry.api != "tpu" for entry in result.queued_resources):
+        # Some slices are Compute Engine's: say which API each row is, beside its tier.
+        columns = (*columns, API_COLUMN)
+        for row, entry in zip(rows, result.queued_resources, strict=True):
+            row.append(entry.api)
     return render(columns, rows, width=style.width, wide=style.wide)
 
 

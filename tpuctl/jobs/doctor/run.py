@@ -25,6 +25,7 @@ from tpuctl.jobs.doctor.checks import (
     passed,
     warned,
 )
+from tpuctl.jobs.doctor.compute import compute_checks
 from tpuctl.jobs.doctor.storage import bucket_checks
 from tpuctl.jobs.doctor.tpu import (
     accelerator_check,
@@ -113,6 +114,9 @@ def _remote_checks(inputs: Inputs, preflight: bool) -> list[Check]:
         groups: list[Future[list[Check]]] = []
         every_zone = zone_inputs(inputs)
         for where in every_zone:
+            if inputs.spec.tpu.api == "compute":  # its machine type, image and reservation
+                groups.append(pool.submit(_zoned, "compute", compute_checks, where))
+                continue
             groups.append(pool.submit(_zoned, "accelerator", accelerator_check, where))
             groups.append(pool.submit(_zoned, "runtime", runtime_checks, where))
             groups.append(pool.submit(_zoned, "reservation", reservation_checks, where))

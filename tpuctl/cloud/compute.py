@@ -1,0 +1,803 @@
+"""Compute Engine as the source of a spec's slice (`tpu.api: compute`): a TPU VM instance, or a
+multi-host slice as a workload policy, an instance template and a bulk MIG, read and driven
+through google-cloud-compute.
+
+`ComputeTpuClient` answers the TpuClient calls TpuApi and tpuctl.cloud.nodes make (get, list,
+create and delete a queued resource; list and get nodes; guest attributes; a node's metadata
+update), with the generated client's keywords, so TpuApi keeps its one retry policy, call
+budget and error mapping; what it reads is shown as queued resources and nodes by
+tpuctl.cloud.compute_slices. google.cloud.compute_v1 is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from tpuctl.cloud.compute_rest import COMPUTE_ENV
+from tpuctl.cloud.compute_slices import (
+    STOPPED_BY,
+    ComputeSlice,
+    accelerator_of,
+    failed_queued_resource,
+    is_tpu_machine,
+    metadata_items,
+    short,
+    slice_node,
+    slice_queued_resource,
+    stop_cause,
+    synthesize_queued_resource,
+    termination_of,
+    worker_number,
+)
+from tpuctl.errors import TpuctlError
+
+RESOURCE_CLIENTS = {
+    "instances": "InstancesClient",
+    "resourcePolicies": "ResourcePoliciesClient",
+    "instanceTemplates": "InstanceTemplatesClient",
+    "regionInstanceTemplates": "RegionInstanceTemplatesClient",
+    "instanceGroupManagers": "InstanceGroupManagersClient",
+    "regionInstanceGroupManagers": "RegionInstanceGroupManagersClient",
+}
+RESOURCE_MESSAGES = {
+    "instances": ("Instance", "instance_resource"),
+    "resourcePolicies": ("ResourcePolicy", "resource_policy_resource"),
+    "instanceTemplates": ("InstanceTemplate", "instance_template_resource"),
+    "regionInstanceTemplates": ("InstanceTemplate", "instance_template_resource"),
+    "instanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
+    "regionInstanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
+}
+NO_CAPACITY_CODES = frozenset(
+    {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED"}
+)
+DONE = "DONE"
+PREEMPTED_OPERATION = "compute.instances.preempted"
+MAINTENANCE_OPERATION = "compute.instances.terminateOnHostMaintenance"
+# An insert overtaken by a delete or a stop before its VM ran ends with this HTTP status.
+OVERTAKEN = 409
+DELETE_STEP_TIMEOUT = 600.0
+OPERATION_POLL = 0.2
+# A VM gone this close to its run's end (clocks differ a little) was taken back at the end.
+RUN_END_SLACK = timedelta(seconds=5)
+
+
+class NotServed(TpuctlError):
+    """The Compute Engine endpoint has no such method (the emulator serves only a TPU VM's
+    part of compute v1)."""
+
+
+def request_ids(request_id: str, count: int) -> list[str]:
+    """One requestId per request of a create, each derived from the create's one id, so every
+    retry of the same create sends the same ids (Compute Engine then replays, not repeats)."""
+    base = uuid.UUID(request_id) if request_id else uuid.uuid4()
+    return [str(uuid.uuid5(base, f"tpuctl/{index}")) for index in range(count)]
+
+
+@dataclass(frozen=True)
+class ComputeCreate:
+    """A create bound for Compute Engine, read by tpuctl.cloud.lifecycle as a queued
+    resource's create request (`queued_resource_id`, `request_id`, `queued_resource` to
+    compare with what exists). `requests`: tpuctl.render.compute's ComputeRequests in the
+    order they are sent (resource, method, scope, body)."""
+
+    parent: str
+    queued_resource_id: str
+    request_id: str
+    requests: tuple[Any, ...]
+    hosts: int
+    machine_type: str
+    single_host: bool
+    needs_rest: bool = False
+
+    @property
+    def queued_resource(self) -> Any:
+        """The queued resource this create makes, as a read of it would show it."""
+        last = self.requests[-1].body if self.requests else {}
+        properties = last if self.single_host else self._template_properties()
+        return synthesize_queued_resource(
+            f"{self.parent}/queuedResources/{self.queued_resource_id}",
+            state="ACCEPTED",
+            accelerator=accelerator_of(self.machine_type, self.hosts),
+            properties=properties,
+        )
+
+    def _template_properties(self) -> dict[str, Any]:
+        for request in self.requests:
+            if request.resource in ("instanceTemplates", "regionInstanceTemplates"):
+                return dict(request.body.get("properties") or {})
+        return {}
+
+    def as_dict(self) -> dict[str, Any]:
+        """What `create --dry-run` shows: every request in order, as `tpuctl render` does."""
+        return {
+            "requests": [
+                {
+                    "method": f"{request.resource}.{request.method}",
+                    "scope": dict(request.scope),
+                    "body": request.body,
+                }
+                for request in self.requests
+            ]
+        }
+
+
+# ------------------------------------------------------------------------------ operations
+
+
+class ComputeOperation:
+    """A create's, delete's or metadata update's Compute Engine operations, used as
+    google.api_core's Operation is: `done(retry=)` polls, `result(timeout=)` raises the
+    operation's error as the google.api_core exception of its HTTP status.
+
+    `accepted`: a create counts as done once what it makes exists (as a queued resource's
+    create is done once it is queued); the insert's own operation may run until capacity."""
+
+    def __init__(
+        self,
+        backend: ComputeTpuClient,
+        operations: list[Any],
+        accepted: Callable[[], bool] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.operations = operations
+        self.accepted = accepted
+        self.creating = accepted is not None
+        self._finished: list[dict[str, Any]] = []
+
+    @property
+    def operation(self) -> Any:
+        from types import SimpleNamespace
+
+        name = str(getattr(self.operations[-1], "name", "")) if self.operations else ""
+        return SimpleNamespace(name=name, done=False)
+
+    def _poll(self) -> list[dict[str, Any]]:
+        return [self.backend.operation(op) for op in self.operations]
+
+    def done(self, retry: Any = None, timeout: Any = None) -> bool:
+        current = self._poll() if retry is None else retry(self._poll)()
+        self._finished = current
+        if all(op.get("status") == DONE for op in current):
+            return True
+        if any(op.get("status") == DONE and op.get("error") for op in current):
+            return True
+        return self.accepted is not None and self.accepted()
+
+    def result(self, timeout: float | None = None) -> Any:
+        deadline = time.monotonic() + (timeout or 0.0)
+        while not self.done():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{self.operation.name} is still running")
+            time.sleep(OPERATION_POLL)
+        for op in self._finished:
+            if op.get("error"):
+                error = operation_error(op)
+                if self.creating and _no_capacity(op):
+                    # Refused at once: nothing was made, as the TPU API's RESOURCE_EXHAUSTED
+                    # create; its operation's record would read as a FAILED slice.
+                    self.backend.forget(op)
+                raise error
+        return None
+
+
+def _no_capacity(operation: Mapping[str, Any]) -> bool:
+    errors = (operation.get("error") or {}).get("errors") or []
+    return any(e.get("code") in NO_CAPACITY_CODES for e in errors)
+
+
+def operation_error(operation: Mapping[str, Any]) -> Exception:
+    """A failed operation as the google.api_core exception its status means; no capacity is
+    RESOURCE_EXHAUSTED (a create refused, as the TPU API says it)."""
+    from google.api_core import exceptions
+
+    errors = (operation.get("error") or {}).get("errors") or [{}]
+    message = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors)
+    if _no_capacity(operation):
+        return _google_error("ResourceExhausted", message)
+    status = int(operation.get("httpErrorStatusCode") or 500)
+    made: Exception = exceptions.from_http_status(status, message)  # type: ignore[no-untyped-call]
+    return made
+
+
+def _google_error(kind: str, message: str) -> Exception:
+    """google.api_core's exception `kind` (its constructors are untyped)."""
+    from google.api_core import exceptions
+
+    made: Exception = getattr(exceptions, kind)(message)
+    return made
+
+
+def _as_json(message: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        type(message).to_json(message, indent=None, use_integers_for_enums=False)
+    )
+    return data
+
+
+class _Conflicts:
+    """Compute Engine's 409 for a name in use as gRPC's ALREADY_EXISTS (what TpuApi's create
+    turns into its idempotency check); 412 (a stale fingerprint) as ABORTED (retried)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        from google.api_core import exceptions
+
+        if (
+            isinstance(error, exceptions.Conflict)
+            and not isinstance(error, exceptions.AlreadyExists)
+            and ("already exists" in str(error).lower() or "alreadyExists" in str(error))
+        ):
+            raise _google_error("AlreadyExists", str(error.message)) from None
+        if isinstance(error, exceptions.PreconditionFailed):
+            raise _google_error("Aborted", str(error.message)) from None
+        if isinstance(error, exceptions.BadRequest) and not isinstance(
+            error, exceptions.InvalidArgument
+        ):
+            raise _google_error("InvalidArgument", str(error.message)) from None
+
+
+# ---------------------------------------------------------------------------------- client
+
+
+class ComputeTpuClient:
+    """The TpuClient face over Compute Engine (see the module doc): `api_endpoint` is where
+    compute v1 answers (None: compute.googleapis.com), `credentials` what its clients use."""
+
+    def __init__(self, credentials: Any, api_endpoint: str | None = None) -> None:
+        self.credentials = credentials
+        self.api_endpoint = api_endpoint
+        self._clients: dict[str, Any] = {}
+        # The ids of the instances this client asked to delete: Compute Engine shows a
+        # deleting instance as STOPPING, which alone would read as a suspension (ids, not
+        # names: the slice made again under the same name is another instance).
+        self._deleting: set[str] = set()
+        # The end of each slice's run as last seen (its VMs stop saying it once they go), and
+        # the last view of each lone VM with one (its run's end deletes it: see _run_ended).
+        self._ends: dict[str, str] = {}
+        self._last_run: dict[str, tuple[ComputeSlice, str]] = {}
+
+    @classmethod
+    def connect(
+        cls, credentials: Any, environ: Mapping[str, str] | None = None
+    ) -> ComputeTpuClient:
+        import os
+
+        env = os.environ if environ is None else environ
+        endpoint = env.get(COMPUTE_ENV, "").strip().rstrip("/") or None
+        if endpoint and "://" not in endpoint:
+            endpoint = f"http://{endpoint}"
+        return cls(credentials, endpoint)
+
+    def _client(self, kind: str) -> Any:
+        if kind not in self._clients:
+            from google.api_core.client_options import ClientOptions
+            from google.cloud import compute_v1
+
+            options = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
+            self._clients[kind] = getattr(compute_v1, kind)(
+                credentials=self.credentials, client_options=options, transport="rest"
+            )
+        return self._clients[kind]
+
+    # -------------------------------------------------------------------------- operations
+
+    def operation(self, operation: Any) -> dict[str, Any]:
+        """The current state of an operation (an ExtendedOperation or its JSON), read through
+        the operations client of its scope built with our endpoint (the ExtendedOperation's
+        own polling ignores it)."""
+        data = operation if isinstance(operation, dict) else _operation_json(operation)
+        if data.get("status") == DONE:
+            return data
+        project = _project_of(str(data.get("selfLink") or data.get("targetLink") or ""))
+        name = str(data.get("name", ""))
+        with _Conflicts():
+            if data.get("zone"):
+                current = self._client("ZoneOperationsClient").get(
+                    project=project, zone=short(str(data["zone"])), operation=name
+                )
+            elif data.get("region"):
+                current = self._client("RegionOperationsClient").get(
+                    project=project, region=short(str(data["region"])), operation=name
+                )
+            else:
+                current = self._client("GlobalOperationsClient").get(
+                    project=project, operation=name
+                )
+        return _as_json(current)
+
+    def forget(self, operation: Mapping[str, Any], *, quiet: bool = True) -> None:
+        """Delete a zone operation's record (`quiet`: best effort, errors ignored)."""
+        from google.api_core import exceptions
+
+        ignored: tuple[type[BaseException], ...] = (exceptions.GoogleAPICallError,) if quiet else ()
+        with contextlib.suppress(*ignored):
+            self._client("ZoneOperationsClient").delete(
+                project=_project_of(str(operation.get("selfLink", ""))),
+                zone=short(str(operation.get("zone", ""))),
+                operation=str(operation.get("name", "")),
+            )
+
+    def wait_done(self, operation: Any, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            data = self.operation(operation)
+            if data.get("status") == DONE:
+                if data.get("error"):
+                    raise operation_error(data)
+                return data
+            if time.monotonic() >= deadline:
+                raise _google_error(
+                    "DeadlineExceeded", f"{data.get('name')} did not finish in time"
+                )
+            time.sleep(OPERATION_POLL)
+            operation = data
+
+    # ---------------------------------------------------------------------------- reading
+
+    def find_slice(self, project: str, zone: str, name: str) -> ComputeSlice | None:
+        """The slice named `name`: the instance of that name, else the MIG of that name."""
+        from google.api_core import exceptions
+
+        try:
+            instance = self._client("InstancesClient").get(
+                project=project, zone=zone, instance=name
+            )
+        except exceptions.NotFound:
+            pass
+        else:
+            data = _as_json(instance)
+            # A MIG's member named like the slice is not it: the MIG below is.
+            if "created-by" not in metadata_items(data.get("metadata")):
+                return ComputeSlice(name, [self._with_stop_cause(project, zone, data)])
+        try:
+            group = self._client("InstanceGroupManagersClient").get(
+                project=project, zone=zone, instance_group_manager=name
+            )
+        except exceptions.NotFound:
+            return None
+        return self._group_slice(project, zone, _as_json(group))
+
+    def _with_stop_cause(self, project: str, zone: str, data: dict[str, Any]) -> dict[str, Any]:
+        """A stopped instance with what stopped it, from the zone's system operations (the
+        documented signal): `compute.instances.preempted` (its statusMessage then says
+        preempted) or `compute.instances.terminateOnHostMaintenance` (stopped by the
+        service)."""
+        if data.get("status") not in ("STOPPING", "TERMINATED") or stop_cause(data):
+            return data
+        listed = self._client("ZoneOperationsClient").list(
+            request={"project": project, "zone": zone, "filter": f"targetId = {data.get('id')}"}
+        )
+        kinds = {str(_as_json(operation).get("operationType", "")) for operation in listed}
+        if PREEMPTED_OPERATION in kinds:
+            return {**data, "statusMessage": "Instance was preempted."}
+        if MAINTENANCE_OPERATION in kinds:
+            return {**data, STOPPED_BY: "SERVICE"}
+        return data
+
+    def _group_slice(self, project: str, zone: str, group: dict[str, Any]) -> ComputeSlice:
+        from google.api_core import exceptions
+
+        managed = self._client("InstanceGroupManagersClient").list_managed_instances(
+            project=project, zone=zone, instance_group_manager=str(group["name"])
+        )
+        instances = []
+        for entry in managed:
+            try:
+                instance = self._client("InstancesClient").get(
+                    project=project, zone=zone, instance=entry.name
+                )
+            except exceptions.NotFound:
+                continue
+            instances.append(self._with_stop_cause(project, zone, _as_json(instance)))
+        ordered = sorted(
+            enumerate(instances), key=lambda pair: worker_number(pair[1], 10_000 + pair[0])
+        )
+        template = self._template(str(group.get("instanceTemplate", "")))
+        return ComputeSlice(str(group["name"]), [i for _, i in ordered], group, template)
+
+    def _template(self, link: str) -> dict[str, Any] | None:
+        from google.api_core import exceptions
+
+        if not link:
+            return None
+        parts = link.split("/")
+        project = _project_of(link)
+        try:
+            if "regions" in parts:
+                region = parts[parts.index("regions") + 1]
+                found = self._client("RegionInstanceTemplatesClient").get(
+                    project=project, region=region, instance_template=short(link)
+                )
+            else:
+                found = self._client("InstanceTemplatesClient").get(
+                    project=project, instance_template=short(link)
+                )
+        except exceptions.NotFound:
+            return None
+        return _as_json(found)
+
+    def failed_insert(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
+        """The newest insert of instance `name` in `zone` that failed (no capacity, …; not
+        one a delete overtook), if any."""
+        listed = self._client("ZoneOperationsClient").list(
+            request={"project": project, "zone": zone, "filter": "operationType = insert"}
+        )
+        found = None
+        for operation in listed:
+            data = _as_json(operation)
+            if short(str(data.get("targetLink", ""))) != name or not data.get("error"):
+                continue
+            if int(data.get("httpErrorStatusCode") or 0) == OVERTAKEN:
+                continue  # deleted (or stopped) before it ran: gone, not failed
+            if found is None or str(data.get("insertTime", "")) >= str(found.get("insertTime")):
+                found = data
+        return found
+
+    def slices(self, project: str, zone: str) -> list[ComputeSlice]:
+        """Every slice in the zone: lone TPU VMs (not a MIG's) and MIGs (of TPU VMs)."""
+        slices: list[ComputeSlice] = []
+        for instance in self._client("InstancesClient").list(project=project, zone=zone):
+            data = _as_json(instance)
+            lone = "created-by" not in metadata_items(data.get("metadata"))
+            if lone and is_tpu_machine(str(data.get("machineType", ""))):
+                slices.append(ComputeSlice(str(data["name"]), [data]))
+        for group in self._client("InstanceGroupManagersClient").list(project=project, zone=zone):
+            found = self._group_slice(project, zone, _as_json(group))
+            if is_tpu_machine(found.machine_type):
+                slices.append(found)
+        return slices
+
+    # ------------------------------------------------------------- what doctor reads
+
+    def machine_type(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
+        """The zone's machine type `name`, or None when the zone has none of that name."""
+        return self._found(
+            "MachineTypesClient", "get", project=project, zone=zone, machine_type=name
+        )
+
+    def image(self, source: str) -> dict[str, Any] | None:
+        """The image a boot disk's sourceImage names (`projects/P/global/images/family/F`
+        or `…/images/NAME`), or None when there is none."""
+        project = _after(source, "projects")
+        if "/family/" in source:
+            return self._found(
+                "ImagesClient", "get_from_family", project=project, family=short(source)
+            )
+        return self._found("ImagesClient", "get", project=project, image=short(source))
+
+    def reservation(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
+        return self._found(
+            "ReservationsClient", "get", project=project, zone=zone, reservation=name
+        )
+
+    def _found(self, kind: str, method: str, **request: str) -> dict[str, Any] | None:
+        from google.api_core import exceptions
+
+        try:
+            found = getattr(self._client(kind), method)(request=request)
+        except exceptions.NotFound as error:
+            # The emulator's Compute Engine answers a method it lacks with a 404 of its own.
+            if any(words in str(error.message) for words in ("No such path", "No such method")):
+                raise NotServed(f"{kind.removesuffix('Client')}.{method}") from None
+            return None
+        return _as_json(found)
+
+    # ---------------------------------------------------------- the TpuClient face: reads
+
+    def get_queued_resource(self, name: str, retry: Any = None, timeout: Any = None) -> Any:
+        project, zone, slice_name = _parts(name)
+        found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
+        if found is not None:
+            end = termination_of(found)
+            last = self._last_run.get(name)
+            if last is not None and last[0].identity != found.identity:
+                del self._last_run[name]  # another VM under the name now
+            if end:
+                self._ends[found.identity] = end
+                self._last_run[name] = (found, end)
+            deleting = found.identity in self._deleting
+            return slice_queued_resource(
+                name, found, deleting=deleting, termination=self._ends.get(found.identity)
+            )
+        failed = self._call(retry, lambda: self.failed_insert(project, zone, slice_name))
+        if failed is not None:
+            return failed_queued_resource(name, failed)
+        ended = self._run_ended(name)
+        if ended is not None:
+            return ended
+        raise _google_error("NotFound", f"{name} not found (no instance or MIG of that name)")
+
+    def _run_ended(self, name: str) -> Any | None:
+        """A lone VM deleted at its run's end (flex-start's DELETE) read as Cloud TPU shows a
+        queued resource whose run is over: SUSPENDED by the service, with its end; until
+        tpuctl deletes it. Only for a VM this client saw running with that end, once the end
+        has come (so a VM deleted by anyone before it is gone, not ended)."""
+        from tpuctl.clock import parse_rfc3339, utc_now
+
+        last = self._last_run.get(name)
+        if last is None:
+            return None
+        found, end = last
+        moment = parse_rfc3339(end)
+        if found.group is not None or moment is None or utc_now() < moment - RUN_END_SLACK:
+            return None
+        stopped = ComputeSlice(found.name, [{**found.instances[0], "status": "TERMINATED"}])
+        return slice_queued_resource(name, stopped, termination=end)
+
+    def list_queued_resources(self, parent: str, retry: Any = None, timeout: Any = None) -> Any:
+        project, zone = _parent(parent)
+        found = self._call(retry, lambda: self.slices(project, zone))
+        return [
+            slice_queued_resource(f"{parent}/queuedResources/{s.name}", s)
+            for s in found
+            if s.instances or s.group is not None
+        ]
+
+    def list_nodes(self, parent: str, retry: Any = None, timeout: Any = None) -> Any:
+        project, zone = _parent(parent)
+        found = self._call(retry, lambda: self.slices(project, zone))
+        return [
+            slice_node(f"{parent}/nodes/{s.name}", f"{parent}/queuedResources/{s.name}", s)
+            for s in found
+            if s.instances
+        ]
+
+    def get_node(self, name: str, retry: Any = None, timeout: Any = None) -> Any:
+
+        project, zone, slice_name = _parts(name)
+        found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
+        if found is None or not found.instances:
+            raise _google_error("NotFound", f"{name} not found")
+        parent = name.split("/nodes/", maxsplit=1)[0]
+        return slice_node(name, f"{parent}/queuedResources/{slice_name}", found)
+
+    def get_guest_attributes(
+        self, request: Mapping[str, Any], retry: Any = None, timeout: Any = None
+    ) -> Any:
+        """Each worker's guest attributes in worker order (`hostkeys/` as Compute Engine
+        publishes them); without a query path, also `hostname`: the instance's name."""
+        from google.api_core import exceptions
+        from google.cloud import tpu_v2alpha1 as tpu
+
+        name = str(request["name"])
+        query = str(request.get("query_path") or "")
+        project, zone, slice_name = _parts(name)
+        found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
+        if found is None:
+            raise _google_error("NotFound", f"{name} not found")
+        answers = []
+        for instance in found.instances:
+            entries = []
+            try:
+                published = self._client("InstancesClient").get_guest_attributes(
+                    request={
+                        "project": project,
+                        "zone": zone,
+                        "instance": str(instance["name"]),
+                        "query_path": query or "hostkeys/",
+                    }
+                )
+                entries = [
+                    tpu.GuestAttributesEntry(namespace=e.namespace, key=e.key, value=e.value)
+                    for e in published.query_value.items
+                ]
+            except exceptions.NotFound:
+                pass  # nothing published (yet, or guest attributes off)
+            if not query:
+                entries.append(tpu.GuestAttributesEntry(key="hostname", value=instance["name"]))
+            answers.append(
+                tpu.GuestAttributes(
+                    query_path=query, query_value=tpu.GuestAttributesValue(items=entries)
+                )
+            )
+        return tpu.GetGuestAttributesResponse(guest_attributes=answers)
+
+    # --------------------------------------------------------- the TpuClient face: writes
+
+    def create_queued_resource(
+        self, request: ComputeCreate, retry: Any = None, timeout: Any = None
+    ) -> ComputeOperation:
+        """Send the create's requests in order, each with its own requestId derived from the
+        create's. A workload policy or template already there from an earlier attempt of
+        ours is taken as made; the last insert (instance or MIG) is the operation returned."""
+        from google.api_core import exceptions
+
+        project, zone = _parent(request.parent)
+        ids = request_ids(request.request_id, len(request.requests))
+        last: Any = None
+        for index, sent in enumerate(request.requests):
+            is_last = index == len(request.requests) - 1
+            try:
+                operation = self._call(retry, partial(self._insert, sent, ids[index]))
+            except exceptions.AlreadyExists:
+                if is_last:
+                    raise
+                continue  # an earlier attempt of this create made it
+            if is_last:
+                last = operation
+            else:
+                self.wait_done(operation, DELETE_STEP_TIMEOUT)
+        name = request.queued_resource_id
+
+        def accepted() -> bool:
+            return self.find_slice(project, zone, name) is not None
+
+        return ComputeOperation(self, [last], accepted)
+
+    def _insert(self, sent: Any, request_id: str) -> Any:
+        from google.cloud import compute_v1
+
+        kind, keyword = RESOURCE_MESSAGES[sent.resource]
+        message = getattr(compute_v1, kind).from_json(json.dumps(sent.body))
+        client = self._client(RESOURCE_CLIENTS[sent.resource])
+        with _Conflicts():
+            return client.insert(
+                request={**dict(sent.scope), keyword: message, "request_id": request_id}
+            )
+
+    def delete_queued_resource(
+        self, request: Any, retry: Any = None, timeout: Any = None
+    ) -> ComputeOperation:
+        """Delete the slice: the instance; or the MIG (which cancels a bulk creation that
+        still waits), then, once it is gone, its template and workload policy. A FAILED one
+        (an insert that failed) is cleared by deleting that operation's record."""
+
+        project, zone, name = _parts(str(request.name))
+        request_id = str(request.request_id or "") or str(uuid.uuid4())
+        found = self._call(retry, lambda: self.find_slice(project, zone, name))
+        if found is None:
+            if self._last_run.pop(str(request.name), None) is not None:
+                return ComputeOperation(self, [])  # deleted at its run's end already
+            failed = self.failed_insert(project, zone, name)
+            if failed is None:
+                raise _google_error("NotFound", f"{request.name} not found")
+            with _Conflicts():
+                self.forget(failed, quiet=False)
+            return ComputeOperation(self, [])
+        self._deleting.add(found.identity)
+        scope = {"project": project, "zone": zone, "request_id": request_id}
+        if found.group is None:
+            kind, target = "InstancesClient", {"instance": name}
+        else:
+            kind, target = "InstanceGroupManagersClient", {"instance_group_manager": name}
+        with _Conflicts():
+            operation = self._call(
+                retry, lambda: self._client(kind).delete(request={**scope, **target})
+            )
+        if found.group is None:
+            return ComputeOperation(self, [operation])
+        self.wait_done(operation, DELETE_STEP_TIMEOUT)
+        return ComputeOperation(self, self._delete_parts(project, found.group))
+
+    def _delete_parts(self, project: str, group: Mapping[str, Any]) -> list[Any]:
+        """Delete a deleted MIG's template and workload policy (gone already: fine)."""
+        from google.api_core import exceptions
+
+        sent = []
+        template = str(group.get("instanceTemplate", ""))
+        policy = str((group.get("resourcePolicies") or {}).get("workloadPolicy", ""))
+        try:
+            if "/regions/" in template:
+                sent.append(
+                    self._client("RegionInstanceTemplatesClient").delete(
+                        project=project,
+                        region=_after(template, "regions"),
+                        instance_template=short(template),
+                    )
+                )
+            elif template:
+                sent.append(
+                    self._client("InstanceTemplatesClient").delete(
+                        project=project, instance_template=short(template)
+                    )
+                )
+        except exceptions.NotFound:
+            pass
+        if policy:
+            with contextlib.suppress(exceptions.NotFound):
+                sent.append(
+                    self._client("ResourcePoliciesClient").delete(
+                        project=project,
+                        region=_after(policy, "regions"),
+                        resource_policy=short(policy),
+                    )
+                )
+        return sent
+
+    def update_node(
+        self, request: Mapping[str, Any], retry: Any = None, timeout: Any = None
+    ) -> ComputeOperation:
+        """A node's `ssh-keys` metadata, set on every instance of its slice (each keeps its
+        own other items; a stale fingerprint is ABORTED, which the caller retries)."""
+        from google.cloud import compute_v1
+
+        node = request["node"]
+        project, zone, name = _parts(str(node["name"]))
+        wanted = dict(node.get("metadata") or {})
+        found = self.find_slice(project, zone, name)
+        if found is None:
+            raise _google_error("NotFound", f"{node['name']} not found")
+        sent = []
+        for instance in found.instances:
+            metadata = instance.get("metadata") or {}
+            items = metadata_items(metadata)
+            if "ssh-keys" in wanted:
+                items["ssh-keys"] = str(wanted["ssh-keys"])
+            body = compute_v1.Metadata(
+                fingerprint=str(metadata.get("fingerprint", "")),
+                items=[compute_v1.Items(key=k, value=v) for k, v in items.items()],
+            )
+            with _Conflicts():
+                sent.append(
+                    self._client("InstancesClient").set_metadata(
+                        project=project,
+                        zone=zone,
+                        instance=str(instance["name"]),
+                        metadata_resource=body,
+                    )
+                )
+        return ComputeOperation(self, sent)
+
+    def simulate_maintenance_event(
+        self, request: Any, retry: Any = None, timeout: Any = None
+    ) -> ComputeOperation:
+        """Host maintenance now on the worker of the node `request.worker_ids` names (the
+        first one; worker 0 without), through instances.simulateMaintenanceEvent."""
+        project, zone, name = _parts(str(request.name))
+        found = self.find_slice(project, zone, name)
+        if found is None or not found.instances:
+            raise _google_error("NotFound", f"{request.name} not found")
+        workers = [int(worker) for worker in getattr(request, "worker_ids", []) or [0]]
+        instance = found.instances[min(workers[0], len(found.instances) - 1)]
+        with _Conflicts():
+            operation = self._client("InstancesClient").simulate_maintenance_event(
+                project=project, zone=zone, instance=str(instance["name"])
+            )
+        return ComputeOperation(self, [operation])
+
+    def reset_queued_resource(self, name: str, retry: Any = None, timeout: Any = None) -> Any:
+        raise TpuctlError(
+            f"cannot reset {name}: a Compute Engine slice has no reset in tpuctl yet",
+            hint="delete it and create it again (tpuctl delete, tpuctl create)",
+        )
+
+    def _call(self, retry: Any, call: Callable[[], Any]) -> Any:
+        with _Conflicts():
+            return retry(call)() if retry is not None else call()
+
+
+def _operation_json(operation: Any) -> dict[str, Any]:
+    inner = getattr(operation, "_extended_operation", operation)
+    return _as_json(inner)
+
+
+def _project_of(link: str) -> str:
+    return _after(link, "projects")
+
+
+def _after(link: str, word: str) -> str:
+    parts = link.split("/")
+    return parts[parts.index(word) + 1] if word in parts else ""
+
+
+def _parts(name: str) -> tuple[str, str, str]:
+    """`projects/P/locations/Z/{queuedResources,nodes}/N` → (P, Z, N)."""
+    parts = name.split("/")
+    if len(parts) < 6:
+        raise TpuctlError(f"not a resource name: {name}")
+    return parts[1], parts[3], parts[5]
+
+
+def _parent(parent: str) -> tuple[str, str]:
+    parts = parent.split("/")
+    return parts[1], parts[3]
