@@ -260,7 +260,7 @@ def expected_workers(spec: Spec) -> list[str]:
     """Every worker of every slice of the spec, as `slice/worker`."""
     from tpuctl.topology import parse_accelerator
 
-    vms = parse_accelerator(spec.tpu.accelerator).vms
+    vms = parse_accelerator(spec.tpu.accelerator, api=spec.tpu.api).vms
     return [f"{s}/{w}" for s in range(spec.tpu.slices) for w in range(vms)]
 
 
