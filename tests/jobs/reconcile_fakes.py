@@ -35,6 +35,7 @@ class FakeZone:
     undeletable: bool = False  # deletes cannot be sent (the API refuses them)
     refuses: bool = False  # creates are refused: RESOURCE_EXHAUSTED (no quota or capacity)
     run_for: float | None = None  # flex-start: taken back this long after its creation
+    gone_at_end: bool = False  # taken back by deleting it (Compute Engine's flex-start VM)
     creates: int = 0
     deletes: int = 0
 
@@ -78,6 +79,8 @@ class FakeSlices:
         end = self._termination(zone)
         if end is not None and now >= end and zone.state == "ACTIVE":
             zone.state, zone.initiator = "SUSPENDED", "SERVICE"
+            if zone.gone_at_end:
+                zone.state, zone.initiator = GONE, None
 
     @staticmethod
     def _termination(zone: FakeZone) -> float | None:

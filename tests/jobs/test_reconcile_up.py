@@ -183,6 +183,26 @@ def test_a_flex_start_run_that_reaches_its_end_is_followed_by_a_new_run() -> Non
     assert "maximum run duration" in run.journal.of("run.ended")[0]["message"]
 
 
+def test_a_flex_start_slice_gone_at_its_end_is_a_run_end_not_a_preemption() -> None:
+    """Compute Engine deletes a flex-start VM at its maximum run duration: a step that finds it
+    gone (maybe a new process, as a scheduler runs) reads the end the record kept."""
+    run = Run(spec=spec(max_preemptions=0, max_failures=0))
+    run.qr.zone("z").run_for = 30.0
+    run.qr.zone("z").gone_at_end = True
+    run.time.at(25, lambda: run.jobs.set("exited", 0, signalled=True))
+
+    def second_run_done() -> None:
+        run.qr.zone("z").run_for = None
+        run.record.done = True
+
+    run.time.at(55, second_run_done)
+    result = run.run()
+    assert result.outcome == "done" and result.preemptions == 0 and result.failures == 0
+    kinds = run.journal.kinds
+    assert kinds.count("run.ended") == 1 and "preemption.detected" not in kinds
+    assert "qr.vanished" not in kinds and run.qr.zone("z").creates == 2
+
+
 def test_a_job_failure_is_restarted_within_the_budget_then_exit_3() -> None:
     run = Run(spec=spec(max_failures=1))
     run.record.steps = [10]

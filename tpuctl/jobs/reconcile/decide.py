@@ -39,6 +39,7 @@ from tpuctl.jobs.reconcile.decision import (
     OUTAGE_SAY_EVERY,
     REFUSE,
     STOPPED,
+    TIME_UP_SLACK,
     WAIT,
     Decision,
     GiveUp,
@@ -114,6 +115,7 @@ class _Decider(JobSteps):
                 failure=seen.failure,
                 incarnation=seen.incarnation,
                 racing=self.record.racing or None,
+                termination_time=seen.termination_time,
             )
 
     # ----------------------------------------------------------------------- the end
@@ -305,6 +307,8 @@ class _Decider(JobSteps):
             if said in (None, GONE, "DELETING") or self.seen.slices.get(zone) is None:
                 continue
             was_active = incarnation in self.record.ever_active
+            if was_active and incarnation and self._taken_back(zone, incarnation):
+                continue  # its run's time was up: the next step makes a new run
             self.note(
                 "qr.vanished",
                 f"{self.name} in {zone} is gone (it was {said}) though tpuctl did not delete it",
@@ -315,6 +319,27 @@ class _Decider(JobSteps):
             if was_active and incarnation not in self.record.preempted:
                 return self._count_preemption(zone, incarnation, said, "vanished")
         return None
+
+    def _taken_back(self, zone: str, incarnation: str) -> bool:
+        """A flex-start slice gone at its run's end (Compute Engine deletes such a VM): a
+        run end, noted once, not a preemption."""
+        end = parse_rfc3339(self.record.ends_at.get(incarnation))
+        if end is None or (end - self.now).total_seconds() > TIME_UP_SLACK:
+            return False
+        if incarnation not in self.record.run_ends:
+            ends = len(self.record.run_ends) + 1
+            self.note(
+                "run.ended",
+                f"{self.name}'s run {ends} reached its maximum run duration (at {rfc3339(end)}) "
+                "and was taken back: not a preemption nor a failure; a new run resumes the job",
+                zone=zone,
+                incarnation=incarnation,
+                count=ends,
+                termination_time=end,
+                checkpoint_step=self.seen.latest_step,
+                last_step=self._last_step(),
+            )
+        return True
 
     # ----------------------------------------------------------------------- first-active
 

@@ -74,6 +74,9 @@ class RunRecord:
     incarnations: dict[str, str] = field(default_factory=dict)
     provisioning_since: dict[str, str] = field(default_factory=dict)  # RFC 3339
     ever_active: list[str] = field(default_factory=list)
+    # When the platform takes each incarnation back (flex-start), RFC 3339: a slice gone at
+    # that time was taken back (Compute Engine deletes such a VM), not preempted.
+    ends_at: dict[str, str] = field(default_factory=dict)
     # The bring-up across zones: zones given up since the round began, and a race on.
     round_given_up: list[str] = field(default_factory=list)
     round_outcomes: dict[str, str] = field(default_factory=dict)  # zone → why it was given up
@@ -201,6 +204,11 @@ def _qr_state(record: RunRecord, at: datetime, fields: Mapping[str, Any]) -> Non
             record.provisioning_since.setdefault(incarnation, rfc3339(at, "auto"))
         if state == "ACTIVE" and incarnation not in record.ever_active:
             record.ever_active.append(incarnation)
+        end = fields.get("termination_time")
+        if isinstance(end, datetime):
+            end = rfc3339(end)
+        if isinstance(end, str) and end:
+            record.ends_at[incarnation] = end
     if state == "ACTIVE" and not fields.get("racing"):
         record.round_given_up = []
         record.round_outcomes = {}
