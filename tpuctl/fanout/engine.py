@@ -282,23 +282,22 @@ class FanOut:
         """Ctrl-C wakes the monitor, which raises KeyboardInterrupt between two of its steps:
         raised anywhere, it could drop a session just taken from the inbox, whose command would
         then run on unsignalled. Only where Python's own handler is in place (main thread)."""
-        try:
-            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-                yield
-                return
 
-            def handler(signum: int, frame: Any) -> None:
-                self._sigint.set()
-                self._monitor.wake()
+        def handler(signum: int, frame: Any) -> None:
+            self._sigint.set()
+            self._monitor.wake()
 
-            previous = signal.signal(signal.SIGINT, handler)
-        except ValueError:  # not the main thread: KeyboardInterrupt never comes here
-            yield
-            return
+        previous: Any = None
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            try:
+                previous = signal.signal(signal.SIGINT, handler)
+            except ValueError:  # not the main thread: KeyboardInterrupt never comes here
+                previous = None
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     def _loop(self) -> None:
         selector = selectors.DefaultSelector()
@@ -468,9 +467,10 @@ class FanOut:
                 self._timed_out(session)
 
     def _timed_out(self, session: Session) -> None:
+        sent = "sent SIGTERM" if session.timed_out else "SIGTERM could not be sent"
         session.result.status = "timeout"
         session.result.error = (
-            f"still running after --timeout {self.options.timeout:g} s; sent SIGTERM "
+            f"still running after --timeout {self.options.timeout:g} s; {sent} "
             "and closed the session"
         )
         self._close(session)
