@@ -347,16 +347,23 @@ def test_host_maintenance_of_a_vm_that_restarts_keeps_it_active(project: Project
     seen: set[str] = set()
     disruptions: set[str] = set()
 
+    def ended() -> bool:
+        return any(
+            event["kind"] == "compute.maintenance.end" and event.get("node", "").endswith(target)
+            for event in project.emulator.admin.events()
+        )
+
     def back() -> bool:
         seen.add(queries.observe(api, name).state)
         disruption = nodes.node_disruption(api, [name])
         if disruption:
             disruptions.add(disruption)
-        return len(disruptions) > 1 and disruption is None
+        return disruption is None and ended()
 
     wait_for(back, 60, "the VM back from its maintenance")
     # Down and up again on its disk, the slice ACTIVE throughout (as a Cloud TPU node's
-    # maintenance), its node not READY meanwhile.
+    # maintenance), its node not READY while it was down (which states a poll catches
+    # depends on the machine's load; tests/cloud/test_compute_slices.py maps each one).
     assert seen == {"ACTIVE"}, seen
     assert disruptions <= {
         f"node {name} has maintenance announced",
@@ -364,7 +371,6 @@ def test_host_maintenance_of_a_vm_that_restarts_keeps_it_active(project: Project
         f"node {name} is STOPPING",
         f"node {name} is STOPPED",
     }, disruptions
-    assert f"node {name} is RESTARTING" in disruptions
     lifecycle.delete(api, name, force=True, timeout=120)
 
 

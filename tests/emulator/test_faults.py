@@ -250,7 +250,10 @@ def test_simulated_maintenance(
     assert operation.metadata.verb == "simulateMaintenanceEvent"
     during = operation.result(timeout=30)
     assert during.health == Health.UNHEALTHY_MAINTENANCE
-    assert client.get_node(name=node_name).health == Health.UNHEALTHY_MAINTENANCE
+    # Read again: still in maintenance, unless a loaded machine let it end meanwhile (then
+    # the VM has rebooted, as checked below).
+    health = client.get_node(name=node_name).health
+    assert health in (Health.UNHEALTHY_MAINTENANCE, Health.HEALTHY), health
 
     wait_until(
         lambda: _lines(trap).count("started") == _lines(stubborn).count("started") == 2,
