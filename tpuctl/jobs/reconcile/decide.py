@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tpuctl.clock import format_duration, parse_rfc3339, rfc3339
+from tpuctl.clock import format_duration, parse_rfc3339
 from tpuctl.cloud.watcher import GONE, QUEUE_STATES, SUSPENDED_STATES
 from tpuctl.errors import ExitCode
-from tpuctl.jobs.reconcile.decide_job import JobSteps
+from tpuctl.jobs.reconcile.decide_losses import Losses
 from tpuctl.jobs.reconcile.decision import (
     CLAIM,
     CREATE,
@@ -39,7 +39,6 @@ from tpuctl.jobs.reconcile.decision import (
     OUTAGE_SAY_EVERY,
     REFUSE,
     STOPPED,
-    TIME_UP_SLACK,
     WAIT,
     Decision,
     GiveUp,
@@ -55,8 +54,9 @@ def decide(seen: Seen, record: RunRecord, policy: Policy) -> Decision:
     return _Decider(seen, record, policy).decide()
 
 
-class _Decider(JobSteps):
-    """Where the run lives (its job's part is decide_job.JobSteps)."""
+class _Decider(Losses):
+    """Where the run lives (its job's part is decide_job.JobSteps; what the platform takes
+    back, decide_losses.Losses)."""
 
     # ----------------------------------------------------------------------- the order
 
@@ -297,49 +297,6 @@ class _Decider(JobSteps):
             )
         zones = (self.policy.zones[0],) if not self.policy.racing else self.policy.zones
         return self._create(zones)
-
-    def _vanished(self) -> Decision | None:
-        """The run's queued resource is gone though nothing of tpuctl's deleted it (someone
-        did, or the service): count it like a preemption if it had been ACTIVE, and go on."""
-        for zone in self.policy.zones:
-            said = self.record.states.get(zone)
-            incarnation = self.record.incarnations.get(zone)
-            if said in (None, GONE, "DELETING") or self.seen.slices.get(zone) is None:
-                continue
-            was_active = incarnation in self.record.ever_active
-            if was_active and incarnation and self._taken_back(zone, incarnation):
-                continue  # its run's time was up: the next step makes a new run
-            self.note(
-                "qr.vanished",
-                f"{self.name} in {zone} is gone (it was {said}) though tpuctl did not delete it",
-                zone=zone,
-                incarnation=incarnation,
-                was_active=was_active,
-            )
-            if was_active and incarnation not in self.record.preempted:
-                return self._count_preemption(zone, incarnation, said, "vanished")
-        return None
-
-    def _taken_back(self, zone: str, incarnation: str) -> bool:
-        """A flex-start slice gone at its run's end (Compute Engine deletes such a VM): a
-        run end, noted once, not a preemption."""
-        end = parse_rfc3339(self.record.ends_at.get(incarnation))
-        if end is None or (end - self.now).total_seconds() > TIME_UP_SLACK:
-            return False
-        if incarnation not in self.record.run_ends:
-            ends = len(self.record.run_ends) + 1
-            self.note(
-                "run.ended",
-                f"{self.name}'s run {ends} reached its maximum run duration (at {rfc3339(end)}) "
-                "and was taken back: not a preemption nor a failure; a new run resumes the job",
-                zone=zone,
-                incarnation=incarnation,
-                count=ends,
-                termination_time=end,
-                checkpoint_step=self.seen.latest_step,
-                last_step=self._last_step(),
-            )
-        return True
 
     # ----------------------------------------------------------------------- first-active
 
@@ -597,110 +554,6 @@ class _Decider(JobSteps):
                 why="FAILED before it was ever ACTIVE",
             )
         return self._exhausted(current, None)
-
-    def _recover(self, current: SliceSeen) -> Decision:
-        """SUSPENDED (spot preemption), or FAILED after ACTIVE: deleted, then created again
-        under the same run name, so the job resumes; counted once per incarnation."""
-        incarnation = current.incarnation or current.zone
-        if self._time_is_up(current):
-            return self._run_ended(current, incarnation)
-        if incarnation in self.record.preempted:
-            count = self.record.rung_preemptions if self.policy.rungs else self.record.preemptions
-            if count > self.policy.max_preemptions:
-                climbed = self._climb_instead("its preemption budget is spent", [current])
-                return climbed if climbed is not None else self._preemption_budget(count)
-            return self.make(
-                DELETE,
-                f"deleted {self.name} to recreate it",
-                zones=(current.zone,),
-                why="recreate",
-            )
-        cause = (
-            "spot preemption"
-            if current.state in SUSPENDED_STATES
-            else f"{current.state}: {current.failure}"
-        )
-        return self._count_preemption(current.zone, incarnation, current.state, cause, current)
-
-    def _run_ended(self, current: SliceSeen, incarnation: str) -> Decision:
-        """A flex-start run reached its maximum run duration and was taken back: the job
-        saved before it (the startup script stops it ahead of the end); a new run under the
-        same run name resumes it."""
-        if incarnation not in self.record.run_ends:
-            ends = len(self.record.run_ends) + 1
-            when = rfc3339(current.termination_time) if current.termination_time else "?"
-            self.note(
-                "run.ended",
-                f"{self.name}'s run {ends} reached its maximum run duration (at {when}) and was "
-                "taken back: not a preemption nor a failure; a new run resumes the job",
-                zone=current.zone,
-                incarnation=incarnation,
-                count=ends,
-                termination_time=current.termination_time,
-                checkpoint_step=self.seen.latest_step,
-                last_step=self._last_step(),
-            )
-        return self.make(
-            DELETE,
-            f"deleted {self.name}: its run's time was up; a new run follows",
-            zones=(current.zone,),
-            why="its run's time was up",
-        )
-
-    def _count_preemption(
-        self,
-        zone: str,
-        incarnation: str | None,
-        state: str | None,
-        cause: str,
-        current: SliceSeen | None = None,
-    ) -> Decision:
-        count = self.record.preemptions + 1
-        budget = self.policy.max_preemptions
-        in_rung = self.record.rung_preemptions + 1
-        initiator = current.initiator if current is not None else None
-        self.note(
-            "preemption.detected",
-            f"{self.name} is {state} ({cause}"
-            + (f", initiated by {initiator}" if initiator else "")
-            + f"); recovery {count} of {budget}",
-            zone=zone,
-            incarnation=incarnation,
-            state=state,
-            initiator=initiator,
-            failure=current.failure if current is not None else None,
-            count=count,
-            budget=budget,
-            cause="preemption" if cause != "vanished" else "vanished",
-            checkpoint_step=self.seen.latest_step,
-            last_step=self._last_step(),
-        )
-        spent = (in_rung if self.policy.rungs else count) > budget
-        if spent:
-            present = [current] if current is not None else []
-            climbed = self._climb_instead(
-                f"{self.policy.rungs[self.rung] if self.policy.rungs else ''} was preempted "
-                f"{in_rung} times, over recovery.max_preemptions ({budget})",
-                present,
-            )
-            return climbed if climbed is not None else self._preemption_budget(count)
-        if current is None:  # it vanished: nothing to delete, create it again
-            return self._create((self.policy.zones[0],))
-        return self.make(
-            DELETE, f"deleted {self.name} to recreate it", zones=(zone,), why="recreate"
-        )
-
-    def _preemption_budget(self, count: int) -> Decision:
-        budget = self.policy.max_preemptions
-        return self.give_up(
-            "preempted",
-            ExitCode.PREEMPTED,
-            f"{self.name} was preempted {count} times; recovery.max_preemptions is {budget}: "
-            "gave up (the queued resource was deleted)",
-            hint="raise recovery.max_preemptions, or use another capacity tier",
-            delete=True,
-            preemptions=count,
-        )
 
     def _active(self, current: SliceSeen) -> Decision:
         present = self._present()
