@@ -21,7 +21,8 @@ from tests.emulator.compute_helpers import (
 from tests.harness import ZONE, Project
 from tests.support import wait_for
 from tpuctl.cloud import lifecycle, nodes, queries
-from tpuctl.cloud.compute import ComputeCreate, accelerator_of, request_ids
+from tpuctl.cloud.compute_ops import ComputeCreate, request_ids
+from tpuctl.cloud.compute_slices import accelerator_of
 from tpuctl.cloud.watcher import WatchPolicy
 
 LABELS = {"managed-by": "tpuctl", "tpuctl-job": "x", "tpuctl-spec": "abc"}

@@ -16,16 +16,26 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from tpuctl.cloud.compute_ops import (
+    DONE,
+    OPERATION_POLL,
+    ComputeCreate,
+    ComputeOperation,
+    Conflicts,
+    NotServed,
+    as_json,
+    google_error,
+    operation_error,
+    request_ids,
+)
 from tpuctl.cloud.compute_rest import COMPUTE_ENV
 from tpuctl.cloud.compute_slices import (
     STOPPED_BY,
     ComputeSlice,
-    accelerator_of,
     failed_queued_resource,
     is_tpu_machine,
     metadata_items,
@@ -33,7 +43,6 @@ from tpuctl.cloud.compute_slices import (
     slice_node,
     slice_queued_resource,
     stop_cause,
-    synthesize_queued_resource,
     termination_of,
     worker_number,
 )
@@ -55,195 +64,13 @@ RESOURCE_MESSAGES = {
     "instanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
     "regionInstanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
 }
-NO_CAPACITY_CODES = frozenset(
-    {"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED"}
-)
-DONE = "DONE"
 PREEMPTED_OPERATION = "compute.instances.preempted"
 MAINTENANCE_OPERATION = "compute.instances.terminateOnHostMaintenance"
 # An insert overtaken by a delete or a stop before its VM ran ends with this HTTP status.
 OVERTAKEN = 409
 DELETE_STEP_TIMEOUT = 600.0
-OPERATION_POLL = 0.2
 # A VM gone this close to its run's end (clocks differ a little) was taken back at the end.
 RUN_END_SLACK = timedelta(seconds=5)
-
-
-class NotServed(TpuctlError):
-    """The Compute Engine endpoint has no such method (the emulator serves only a TPU VM's
-    part of compute v1)."""
-
-
-def request_ids(request_id: str, count: int) -> list[str]:
-    """One requestId per request of a create, each derived from the create's one id, so every
-    retry of the same create sends the same ids (Compute Engine then replays, not repeats)."""
-    base = uuid.UUID(request_id) if request_id else uuid.uuid4()
-    return [str(uuid.uuid5(base, f"tpuctl/{index}")) for index in range(count)]
-
-
-@dataclass(frozen=True)
-class ComputeCreate:
-    """A create bound for Compute Engine, read by tpuctl.cloud.lifecycle as a queued
-    resource's create request (`queued_resource_id`, `request_id`, `queued_resource` to
-    compare with what exists). `requests`: tpuctl.render.compute's ComputeRequests in the
-    order they are sent (resource, method, scope, body)."""
-
-    parent: str
-    queued_resource_id: str
-    request_id: str
-    requests: tuple[Any, ...]
-    hosts: int
-    machine_type: str
-    single_host: bool
-    needs_rest: bool = False
-
-    @property
-    def queued_resource(self) -> Any:
-        """The queued resource this create makes, as a read of it would show it."""
-        last = self.requests[-1].body if self.requests else {}
-        properties = last if self.single_host else self._template_properties()
-        return synthesize_queued_resource(
-            f"{self.parent}/queuedResources/{self.queued_resource_id}",
-            state="ACCEPTED",
-            accelerator=accelerator_of(self.machine_type, self.hosts),
-            properties=properties,
-        )
-
-    def _template_properties(self) -> dict[str, Any]:
-        for request in self.requests:
-            if request.resource in ("instanceTemplates", "regionInstanceTemplates"):
-                return dict(request.body.get("properties") or {})
-        return {}
-
-    def as_dict(self) -> dict[str, Any]:
-        """What `create --dry-run` shows: every request in order, as `tpuctl render` does."""
-        return {
-            "requests": [
-                {
-                    "method": f"{request.resource}.{request.method}",
-                    "scope": dict(request.scope),
-                    "body": request.body,
-                }
-                for request in self.requests
-            ]
-        }
-
-
-# ------------------------------------------------------------------------------ operations
-
-
-class ComputeOperation:
-    """A create's, delete's or metadata update's Compute Engine operations, used as
-    google.api_core's Operation is: `done(retry=)` polls, `result(timeout=)` raises the
-    operation's error as the google.api_core exception of its HTTP status.
-
-    `accepted`: a create counts as done once what it makes exists (as a queued resource's
-    create is done once it is queued); the insert's own operation may run until capacity."""
-
-    def __init__(
-        self,
-        backend: ComputeTpuClient,
-        operations: list[Any],
-        accepted: Callable[[], bool] | None = None,
-    ) -> None:
-        self.backend = backend
-        self.operations = operations
-        self.accepted = accepted
-        self.creating = accepted is not None
-        self._finished: list[dict[str, Any]] = []
-
-    @property
-    def operation(self) -> Any:
-        from types import SimpleNamespace
-
-        name = str(getattr(self.operations[-1], "name", "")) if self.operations else ""
-        return SimpleNamespace(name=name, done=False)
-
-    def _poll(self) -> list[dict[str, Any]]:
-        return [self.backend.operation(op) for op in self.operations]
-
-    def done(self, retry: Any = None, timeout: Any = None) -> bool:
-        current = self._poll() if retry is None else retry(self._poll)()
-        self._finished = current
-        if all(op.get("status") == DONE for op in current):
-            return True
-        if any(op.get("status") == DONE and op.get("error") for op in current):
-            return True
-        return self.accepted is not None and self.accepted()
-
-    def result(self, timeout: float | None = None) -> Any:
-        deadline = time.monotonic() + (timeout or 0.0)
-        while not self.done():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.operation.name} is still running")
-            time.sleep(OPERATION_POLL)
-        for op in self._finished:
-            if op.get("error"):
-                error = operation_error(op)
-                if self.creating and _no_capacity(op):
-                    # Refused at once: nothing was made, as the TPU API's RESOURCE_EXHAUSTED
-                    # create; its operation's record would read as a FAILED slice.
-                    self.backend.forget(op)
-                raise error
-        return None
-
-
-def _no_capacity(operation: Mapping[str, Any]) -> bool:
-    errors = (operation.get("error") or {}).get("errors") or []
-    return any(e.get("code") in NO_CAPACITY_CODES for e in errors)
-
-
-def operation_error(operation: Mapping[str, Any]) -> Exception:
-    """A failed operation as the google.api_core exception its status means; no capacity is
-    RESOURCE_EXHAUSTED (a create refused, as the TPU API says it)."""
-    from google.api_core import exceptions
-
-    errors = (operation.get("error") or {}).get("errors") or [{}]
-    message = "; ".join(f"{e.get('code', '')}: {e.get('message', '')}" for e in errors)
-    if _no_capacity(operation):
-        return _google_error("ResourceExhausted", message)
-    status = int(operation.get("httpErrorStatusCode") or 500)
-    made: Exception = exceptions.from_http_status(status, message)  # type: ignore[no-untyped-call]
-    return made
-
-
-def _google_error(kind: str, message: str) -> Exception:
-    """google.api_core's exception `kind` (its constructors are untyped)."""
-    from google.api_core import exceptions
-
-    made: Exception = getattr(exceptions, kind)(message)
-    return made
-
-
-def _as_json(message: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        type(message).to_json(message, indent=None, use_integers_for_enums=False)
-    )
-    return data
-
-
-class _Conflicts:
-    """Compute Engine's 409 for a name in use as gRPC's ALREADY_EXISTS (what TpuApi's create
-    turns into its idempotency check); 412 (a stale fingerprint) as ABORTED (retried)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
-        from google.api_core import exceptions
-
-        if (
-            isinstance(error, exceptions.Conflict)
-            and not isinstance(error, exceptions.AlreadyExists)
-            and ("already exists" in str(error).lower() or "alreadyExists" in str(error))
-        ):
-            raise _google_error("AlreadyExists", str(error.message)) from None
-        if isinstance(error, exceptions.PreconditionFailed):
-            raise _google_error("Aborted", str(error.message)) from None
-        if isinstance(error, exceptions.BadRequest) and not isinstance(
-            error, exceptions.InvalidArgument
-        ):
-            raise _google_error("InvalidArgument", str(error.message)) from None
 
 
 # ---------------------------------------------------------------------------------- client
@@ -300,7 +127,7 @@ class ComputeTpuClient:
             return data
         project = _project_of(str(data.get("selfLink") or data.get("targetLink") or ""))
         name = str(data.get("name", ""))
-        with _Conflicts():
+        with Conflicts():
             if data.get("zone"):
                 current = self._client("ZoneOperationsClient").get(
                     project=project, zone=short(str(data["zone"])), operation=name
@@ -313,7 +140,7 @@ class ComputeTpuClient:
                 current = self._client("GlobalOperationsClient").get(
                     project=project, operation=name
                 )
-        return _as_json(current)
+        return as_json(current)
 
     def forget(self, operation: Mapping[str, Any], *, quiet: bool = True) -> None:
         """Delete a zone operation's record (`quiet`: best effort, errors ignored)."""
@@ -336,9 +163,7 @@ class ComputeTpuClient:
                     raise operation_error(data)
                 return data
             if time.monotonic() >= deadline:
-                raise _google_error(
-                    "DeadlineExceeded", f"{data.get('name')} did not finish in time"
-                )
+                raise google_error("DeadlineExceeded", f"{data.get('name')} did not finish in time")
             time.sleep(OPERATION_POLL)
             operation = data
 
@@ -355,7 +180,7 @@ class ComputeTpuClient:
         except exceptions.NotFound:
             pass
         else:
-            data = _as_json(instance)
+            data = as_json(instance)
             # A MIG's member named like the slice is not it: the MIG below is.
             if "created-by" not in metadata_items(data.get("metadata")):
                 return ComputeSlice(name, [self._with_stop_cause(project, zone, data)])
@@ -365,7 +190,7 @@ class ComputeTpuClient:
             )
         except exceptions.NotFound:
             return None
-        return self._group_slice(project, zone, _as_json(group))
+        return self._group_slice(project, zone, as_json(group))
 
     def _with_stop_cause(self, project: str, zone: str, data: dict[str, Any]) -> dict[str, Any]:
         """A stopped instance with what stopped it, from the zone's system operations (the
@@ -377,7 +202,7 @@ class ComputeTpuClient:
         listed = self._client("ZoneOperationsClient").list(
             request={"project": project, "zone": zone, "filter": f"targetId = {data.get('id')}"}
         )
-        kinds = {str(_as_json(operation).get("operationType", "")) for operation in listed}
+        kinds = {str(as_json(operation).get("operationType", "")) for operation in listed}
         if PREEMPTED_OPERATION in kinds:
             return {**data, "statusMessage": "Instance was preempted."}
         if MAINTENANCE_OPERATION in kinds:
@@ -398,7 +223,7 @@ class ComputeTpuClient:
                 )
             except exceptions.NotFound:
                 continue
-            instances.append(self._with_stop_cause(project, zone, _as_json(instance)))
+            instances.append(self._with_stop_cause(project, zone, as_json(instance)))
         ordered = sorted(
             enumerate(instances), key=lambda pair: worker_number(pair[1], 10_000 + pair[0])
         )
@@ -424,7 +249,7 @@ class ComputeTpuClient:
                 )
         except exceptions.NotFound:
             return None
-        return _as_json(found)
+        return as_json(found)
 
     def failed_insert(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
         """The newest insert of instance `name` in `zone` that failed (no capacity, …; not
@@ -434,7 +259,7 @@ class ComputeTpuClient:
         )
         found = None
         for operation in listed:
-            data = _as_json(operation)
+            data = as_json(operation)
             if short(str(data.get("targetLink", ""))) != name or not data.get("error"):
                 continue
             if int(data.get("httpErrorStatusCode") or 0) == OVERTAKEN:
@@ -447,12 +272,12 @@ class ComputeTpuClient:
         """Every slice in the zone: lone TPU VMs (not a MIG's) and MIGs (of TPU VMs)."""
         slices: list[ComputeSlice] = []
         for instance in self._client("InstancesClient").list(project=project, zone=zone):
-            data = _as_json(instance)
+            data = as_json(instance)
             lone = "created-by" not in metadata_items(data.get("metadata"))
             if lone and is_tpu_machine(str(data.get("machineType", ""))):
                 slices.append(ComputeSlice(str(data["name"]), [data]))
         for group in self._client("InstanceGroupManagersClient").list(project=project, zone=zone):
-            found = self._group_slice(project, zone, _as_json(group))
+            found = self._group_slice(project, zone, as_json(group))
             if is_tpu_machine(found.machine_type):
                 slices.append(found)
         return slices
@@ -490,7 +315,7 @@ class ComputeTpuClient:
             if any(words in str(error.message) for words in ("No such path", "No such method")):
                 raise NotServed(f"{kind.removesuffix('Client')}.{method}") from None
             return None
-        return _as_json(found)
+        return as_json(found)
 
     # ---------------------------------------------------------- the TpuClient face: reads
 
@@ -515,7 +340,7 @@ class ComputeTpuClient:
         ended = self._run_ended(name)
         if ended is not None:
             return ended
-        raise _google_error("NotFound", f"{name} not found (no instance or MIG of that name)")
+        raise google_error("NotFound", f"{name} not found (no instance or MIG of that name)")
 
     def _run_ended(self, name: str) -> Any | None:
         """A lone VM deleted at its run's end (flex-start's DELETE) read as Cloud TPU shows a
@@ -557,7 +382,7 @@ class ComputeTpuClient:
         project, zone, slice_name = _parts(name)
         found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
         if found is None or not found.instances:
-            raise _google_error("NotFound", f"{name} not found")
+            raise google_error("NotFound", f"{name} not found")
         parent = name.split("/nodes/", maxsplit=1)[0]
         return slice_node(name, f"{parent}/queuedResources/{slice_name}", found)
 
@@ -574,7 +399,7 @@ class ComputeTpuClient:
         project, zone, slice_name = _parts(name)
         found = self._call(retry, lambda: self.find_slice(project, zone, slice_name))
         if found is None:
-            raise _google_error("NotFound", f"{name} not found")
+            raise google_error("NotFound", f"{name} not found")
         answers = []
         for instance in found.instances:
             entries = []
@@ -640,7 +465,7 @@ class ComputeTpuClient:
         kind, keyword = RESOURCE_MESSAGES[sent.resource]
         message = getattr(compute_v1, kind).from_json(json.dumps(sent.body))
         client = self._client(RESOURCE_CLIENTS[sent.resource])
-        with _Conflicts():
+        with Conflicts():
             return client.insert(
                 request={**dict(sent.scope), keyword: message, "request_id": request_id}
             )
@@ -660,8 +485,8 @@ class ComputeTpuClient:
                 return ComputeOperation(self, [])  # deleted at its run's end already
             failed = self.failed_insert(project, zone, name)
             if failed is None:
-                raise _google_error("NotFound", f"{request.name} not found")
-            with _Conflicts():
+                raise google_error("NotFound", f"{request.name} not found")
+            with Conflicts():
                 self.forget(failed, quiet=False)
             return ComputeOperation(self, [])
         self._deleting.add(found.identity)
@@ -670,7 +495,7 @@ class ComputeTpuClient:
             kind, target = "InstancesClient", {"instance": name}
         else:
             kind, target = "InstanceGroupManagersClient", {"instance_group_manager": name}
-        with _Conflicts():
+        with Conflicts():
             operation = self._call(
                 retry, lambda: self._client(kind).delete(request={**scope, **target})
             )
@@ -726,7 +551,7 @@ class ComputeTpuClient:
         wanted = dict(node.get("metadata") or {})
         found = self.find_slice(project, zone, name)
         if found is None:
-            raise _google_error("NotFound", f"{node['name']} not found")
+            raise google_error("NotFound", f"{node['name']} not found")
         sent = []
         for instance in found.instances:
             metadata = instance.get("metadata") or {}
@@ -737,7 +562,7 @@ class ComputeTpuClient:
                 fingerprint=str(metadata.get("fingerprint", "")),
                 items=[compute_v1.Items(key=k, value=v) for k, v in items.items()],
             )
-            with _Conflicts():
+            with Conflicts():
                 sent.append(
                     self._client("InstancesClient").set_metadata(
                         project=project,
@@ -756,10 +581,10 @@ class ComputeTpuClient:
         project, zone, name = _parts(str(request.name))
         found = self.find_slice(project, zone, name)
         if found is None or not found.instances:
-            raise _google_error("NotFound", f"{request.name} not found")
+            raise google_error("NotFound", f"{request.name} not found")
         workers = [int(worker) for worker in getattr(request, "worker_ids", []) or [0]]
         instance = found.instances[min(workers[0], len(found.instances) - 1)]
-        with _Conflicts():
+        with Conflicts():
             operation = self._client("InstancesClient").simulate_maintenance_event(
                 project=project, zone=zone, instance=str(instance["name"])
             )
@@ -772,13 +597,13 @@ class ComputeTpuClient:
         )
 
     def _call(self, retry: Any, call: Callable[[], Any]) -> Any:
-        with _Conflicts():
+        with Conflicts():
             return retry(call)() if retry is not None else call()
 
 
 def _operation_json(operation: Any) -> dict[str, Any]:
     inner = getattr(operation, "_extended_operation", operation)
-    return _as_json(inner)
+    return as_json(inner)
 
 
 def _project_of(link: str) -> str:

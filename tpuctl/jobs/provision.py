@@ -9,7 +9,7 @@ from typing import Any
 from tpuctl.clock import utc_now
 from tpuctl.cloud import lifecycle
 from tpuctl.cloud.client import TpuApi
-from tpuctl.cloud.compute import ComputeCreate
+from tpuctl.cloud.compute_ops import ComputeCreate
 from tpuctl.cloud.resolve import Location
 from tpuctl.cloud.results import CreateResult
 from tpuctl.render.request import render_request
@@ -19,7 +19,7 @@ from tpuctl.spec.model import Spec
 def create_request(spec: Spec, location: Location, request_id: str | None = None) -> Any:
     """The CreateQueuedResourceRequest for `spec` in `location`, with one request_id that every
     retry of this create reuses (a new one per create); for a `tpu.api: compute` spec, the
-    Compute Engine requests in their order (tpuctl.cloud.compute.ComputeCreate)."""
+    Compute Engine requests in their order (tpuctl.cloud.compute_ops.ComputeCreate)."""
     if spec.tpu.api == "compute":
         return compute_create(spec, location, request_id or lifecycle.new_request_id())
     return render_request(

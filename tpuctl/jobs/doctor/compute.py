@@ -23,7 +23,7 @@ def compute_checks(inputs: Inputs) -> list[Check]:
 
 
 def _guarded(name: str, check: Any, inputs: Inputs, reader: Any) -> list[Check]:
-    from tpuctl.cloud.compute import NotServed
+    from tpuctl.cloud.compute_ops import NotServed
 
     try:
         result: list[Check] = check(inputs, reader)
