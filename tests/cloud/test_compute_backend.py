@@ -366,6 +366,17 @@ def test_host_maintenance_of_a_vm_that_restarts_keeps_it_active(project: Project
     # maintenance), its node not READY while it was down (which states a poll catches
     # depends on the machine's load; tests/cloud/test_compute_slices.py maps each one).
     assert seen == {"ACTIVE"}, seen
+    # The VM really went down and came back on its disk meanwhile (the fake's own record).
+    events = project.emulator.admin.events()
+    start = next(
+        i for i, e in enumerate(events)
+        if e["kind"] == "compute.maintenance.start" and e.get("node", "").endswith(target)
+    )  # fmt: skip
+    statuses = [
+        e["detail"] for e in events[start:]
+        if e["kind"] == "compute.instance.status" and e.get("node", "").endswith(target)
+    ]  # fmt: skip
+    assert statuses[-1] == "RUNNING" and set(statuses) - {"RUNNING"}, statuses
     assert disruptions <= {
         f"node {name} has maintenance announced",
         f"node {name} is RESTARTING",
