@@ -22,6 +22,7 @@ from tpuctl.errors import (
     UnreachableError,
 )
 from tpuctl.jobs.reconcile import crash
+from tpuctl.jobs.reconcile.act import act
 from tpuctl.jobs.reconcile.decide import decide
 from tpuctl.jobs.reconcile.decision import (
     DONE,
@@ -36,7 +37,7 @@ from tpuctl.jobs.reconcile.decision import (
 )
 from tpuctl.jobs.reconcile.record import RunRecord
 from tpuctl.jobs.reconcile.seen import Seen
-from tpuctl.jobs.reconcile.world import World, act, observe
+from tpuctl.jobs.reconcile.world import World, observe
 
 
 @dataclass(frozen=True)
