@@ -345,7 +345,8 @@ def test_guest_attributes_and_maintenance_over_rest(
 
 def test_stop_and_start_a_node(emulator: EmulatorProcess, client: Any, live: Any) -> None:
     endpoint = emulator.rest_endpoint
-    before = boots(live.records, live.node_id)
+    # ACTIVE comes as the VM boots: wait for its startup script to record the boot first.
+    before = wait_until(lambda: boots(live.records, live.node_id), "the boot recorded")
     status, operation = rest(endpoint, "POST", f"{live.node}:stop", {})
     assert status == 200 and operation["metadata"]["verb"] == "stop"
     assert _done(endpoint, operation)["response"]["state"] == "STOPPED"
