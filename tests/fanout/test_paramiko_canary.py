@@ -174,3 +174,26 @@ def test_one_worker_in_a_rekey_does_not_hold_up_the_others(
     assert order == ["others finished"]
     assert all(r.ok for r in result.results), [(r.target.label, r.error) for r in result.results]
     assert all(r.stdout.text() == "1\n2\n3\n4\n5" for r in result.results[1:])
+
+
+def test_paramiko_is_loaded_without_invoke_and_invoke_still_imports_afterwards() -> None:
+    """tpuctl.fanout.imports keeps invoke out of paramiko's import (about 50 ms a process): a
+    paramiko that needs invoke to import, or that leaves our sys.modules entry behind, fails
+    here. It runs in a fresh interpreter: this one may have imported paramiko already."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from tpuctl.fanout.imports import load_paramiko\n"
+        "load_paramiko()\n"
+        "assert 'paramiko' in sys.modules and 'invoke' not in sys.modules, sorted(sys.modules)\n"
+        "import paramiko\n"
+        "assert paramiko.config.invoke is None\n"
+        "config = paramiko.SSHConfig.from_text('Host w\\n  User tpu\\n')\n"
+        "assert config.lookup('w')['user'] == 'tpu'\n"
+        "import invoke\n"
+        "assert invoke.Context is not None\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr

@@ -21,6 +21,7 @@ from tpuctl.fanout.handshake import (
     handshake,
     new_transport,
 )
+from tpuctl.fanout.imports import load_paramiko
 from tpuctl.fanout.known_hosts import (
     HostKeyPins,
     Pin,
@@ -97,6 +98,7 @@ def connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport
 
 
 def _connect(target: WorkerTarget, options: ConnectOptions) -> paramiko.Transport:
+    load_paramiko()
     import paramiko
 
     deadline = time.monotonic() + options.connect_timeout
@@ -310,6 +312,7 @@ def open_channel(
     transport: paramiko.Transport, timeout: float, *, pty: tuple[str, int, int] | None = None
 ) -> paramiko.Channel:
     """A session channel (and a pty when asked); nothing has run yet."""
+    load_paramiko()
     import paramiko
 
     try:
@@ -340,6 +343,7 @@ def encode_command(command: str) -> bytes:
 
 def start(channel: paramiko.Channel, command: str | bytes | None) -> None:
     """Send exec (or shell). From here on the command may be running: StartError, no retry."""
+    load_paramiko()
     import paramiko
 
     try:

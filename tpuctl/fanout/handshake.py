@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tpuctl.fanout.imports import load_paramiko
+
 if TYPE_CHECKING:
     import paramiko
 
@@ -67,6 +69,7 @@ class SetupError(Exception):
 def _transport_class() -> type[paramiko.Transport]:
     import logging
 
+    load_paramiko()
     import paramiko
 
     # paramiko logs a dropped socket ("Socket exception: Connection reset by peer") and, with
@@ -141,6 +144,7 @@ def handshake(
         options = transport.get_security_options()
         algorithms = host_key_algorithms(known, options.key_types)
         if not algorithms:
+            load_paramiko()
             import paramiko
 
             types = ", ".join(dict.fromkeys(algorithm for algorithm, _ in known))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpuctl.errors import AuthError, UsageError, quoted
+from tpuctl.fanout.imports import load_paramiko
 
 if TYPE_CHECKING:
     import paramiko
@@ -86,6 +87,7 @@ def ensure_key(path: Path | None = None) -> LocalKey:
 
 
 def _load(private: Path) -> paramiko.PKey:
+    load_paramiko()
     import paramiko
 
     try:

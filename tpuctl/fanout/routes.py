@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from tpuctl.errors import UsageError
 from tpuctl.fanout.handshake import SetupError, close_transport, handshake, new_transport
+from tpuctl.fanout.imports import load_paramiko
 from tpuctl.fanout.known_hosts import (
     Checking,
     KnownHostsFile,
@@ -462,6 +463,7 @@ class Bastion:
             close_transport(transport)
 
     def open(self, target: WorkerTarget, timeout: float) -> ChannelStream:
+        load_paramiko()
         import paramiko
 
         transport = self._connected(timeout)
@@ -506,6 +508,7 @@ class Bastion:
             return self._transport
 
     def _connect(self, timeout: float) -> paramiko.Transport:
+        load_paramiko()
         import paramiko
 
         prefix = f"bastion {self.name}"
@@ -546,6 +549,7 @@ class Bastion:
         return transport
 
     def _log_in(self, transport: paramiko.Transport) -> None:
+        load_paramiko()
         import paramiko
 
         keys: list[Any] = [self.pkey]
@@ -563,6 +567,7 @@ class Bastion:
     def _known_keys(self) -> list[tuple[str, str, Path]]:
         """The bastion's keys (algorithm, blob, the file that holds it) in ~/.ssh/known_hosts
         (hashed names too) and tpuctl's file."""
+        load_paramiko()
         import paramiko
 
         keys: list[tuple[str, str, Path]] = []
