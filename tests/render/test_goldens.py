@@ -18,7 +18,7 @@ from tpuctl.render.compute import render_compute
 from tpuctl.render.compute_gcloud import render_compute_gcloud
 from tpuctl.render.gcloud import render_gcloud
 from tpuctl.render.request import STARTUP_SCRIPT_KEY, render_request, request_as_dict
-from tpuctl.render.startup import render_startup_script, render_values
+from tpuctl.render.startup import render_startup_script, render_values, template
 from tpuctl.spec.load import load_spec
 from tpuctl.spec.model import Spec
 
@@ -99,14 +99,25 @@ def test_no_orphan_goldens() -> None:
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
-@pytest.mark.parametrize("config", CONFIGS, ids=[path.stem for path in CONFIGS])
-def test_rendered_startup_script_passes_shellcheck(config: Path, tmp_path: Path) -> None:
-    spec = load_spec(config, environ={}).spec
-    if spec.job is None:
-        pytest.skip("no job, no startup script")
+def test_rendered_startup_scripts_pass_shellcheck(tmp_path: Path) -> None:
+    """Every config's values block, between the template's head and tail, in one script: a
+    rendered script differs from another only there, and shellcheck takes about a second per
+    script. Each block defines `preset_args` again, which makes the earlier definitions
+    unreachable (SC2317): that one finding is left out here, and scripts/test checks the
+    template itself with none left out."""
+    head, tail = template()
+    blocks = []
+    for config in CONFIGS:
+        spec = load_spec(config, environ={}).spec
+        if spec.job is not None:
+            blocks.append(f"# {config.name}\n" + render_values(spec))
+    assert len(blocks) >= 5
     script = tmp_path / "startup.sh"
-    script.write_text(render_startup_script(spec), encoding="utf-8")
+    script.write_text(head + "".join(blocks) + tail, encoding="utf-8")
     checked = subprocess.run(
-        ["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True, check=False
+        ["shellcheck", "--shell=bash", "--exclude=SC2317", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
