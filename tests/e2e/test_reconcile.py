@@ -170,7 +170,7 @@ def test_a_step_killed_between_any_two_of_its_actions_is_finished_by_the_next(
         code = _reconcile(job, "--keep", kill_new=tried)
         killed += code == -9
         if code == IN_PROGRESS:
-            time.sleep(1)  # as a scheduler would call it: not back to back
+            time.sleep(2)  # as a scheduler would call it: not back to back
     assert code == 0, job.journal_kinds()
     points = tried.read_text().splitlines()
     for point in ("create us-central2-b", "journal qr.created", "start the job",
@@ -204,7 +204,7 @@ def test_two_loops_with_a_third_of_their_steps_killed_see_a_preempted_run_throug
                     ended.append(code)
                 return
             if code != -9:
-                time.sleep(1)  # as a scheduler would call it: not back to back
+                time.sleep(2)  # as a scheduler would call it: not back to back
 
     loops = [threading.Thread(target=loop, args=(seed,)) for seed in (1, 2)]
     for thread in loops:
