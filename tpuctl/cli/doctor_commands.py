@@ -18,7 +18,6 @@ from tpuctl.cli.options import (
 )
 from tpuctl.cli.output import emit
 from tpuctl.cli.targets import api_of, connect_api, load_spec_warned, resolve_location_for
-from tpuctl.cli.views.doctor import doctor_view
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,6 +79,7 @@ def doctor(
     lacks, with the role that grants it (docs/supervision.md).
     Exit 0 when nothing blocks the run, else 2 with the first blocking check's fix on stderr.
     """
+    from tpuctl.cli.views.doctor import doctor_view
     from tpuctl.jobs.doctor import run_doctor, run_supervisor_doctor
 
     app = app_context()

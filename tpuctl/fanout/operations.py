@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
-import tarfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -176,6 +174,9 @@ def pack_local(path: Path) -> bytes:
         members = [(item, str(item.relative_to(path))) for item in sorted(path.rglob("*"))]
     else:
         members = [(path, path.name)]
+    import gzip  # here: a step or a command that packs nothing does not pay for it
+    import tarfile
+
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=6, mtime=0) as compressed,
@@ -232,6 +233,8 @@ def download(
     local_dir.mkdir(parents=True, exist_ok=True)
     sinks = _ArchiveSinks(local_dir, on_bytes)
     options = fleet.options(raw_output=True)
+    import tarfile
+
     try:
         script = remote.download_script(remote_path)
         result = run_fanout(
@@ -293,6 +296,8 @@ class _ArchiveSinks:
 def _extract(archive_path: Path, destination: Path) -> list[str]:
     """Unpack a tar.gz, refusing members that would land outside `destination` and hard links
     (tarfile.TarError or TpuctlError; nothing is written then)."""
+    import tarfile
+
     with tarfile.open(archive_path, mode="r:gz") as archive:
         members = archive.getmembers()
         linked = [member.name for member in members if member.islnk()]

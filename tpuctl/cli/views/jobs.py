@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tpuctl.cli.format import MISSING, Style, value
 from tpuctl.cli.views.table import Column, pairs, render
-from tpuctl.jobs.drill_verdict import DrillReport
-from tpuctl.jobs.reconcile.step import ReconcileResult, ReconcilesResult
-from tpuctl.jobs.report import JobReport
-from tpuctl.jobs.up import UpResult
-from tpuctl.storage.checkpoints import CheckpointReport
+
+if TYPE_CHECKING:  # what each view draws; the command that made it has imported it
+    from tpuctl.jobs.drill_verdict import DrillReport
+    from tpuctl.jobs.reconcile.step import ReconcileResult, ReconcilesResult
+    from tpuctl.jobs.report import JobReport
+    from tpuctl.jobs.up import UpResult
+    from tpuctl.storage.checkpoints import CheckpointReport
 
 TIMELINE_COLUMNS = (
     Column("PHASE"),
