@@ -1,4 +1,5 @@
-"""`tpuctl --help` and the offline commands stay light: no grpc, google, paramiko or rich."""
+"""`tpuctl --help` and the offline commands stay light: no grpc, google, paramiko or rich; and
+every command starts with the garbage collector set for its imports."""
 
 from __future__ import annotations
 
@@ -84,3 +85,31 @@ def test_render_needs_no_credentials(tmp_path: Path, write_spec: Callable[..., P
         assert done.stdout
         if what != "startup-script":  # the placeholder, not a project found by google.auth
             assert "PROJECT_ID" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["-m", "tpuctl"], ["-c", "import sys; from tpuctl.cli.main import main; main()"]]
+)
+def test_both_entry_points_collect_garbage_less_often_from_the_start(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`python -m tpuctl` and the console script (tpuctl.cli.main:main) raise the youngest
+    generation's threshold before the command's imports (tpuctl.cli.main.fewer_collections);
+    a sitecustomize module prints the threshold the process ends with."""
+    probe = tmp_path / "sitecustomize.py"
+    probe.write_text(
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'THRESHOLD {gc.get_threshold()[0]}\\n'))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])])
+    done = subprocess.run(
+        [sys.executable, *command, "--version"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "THRESHOLD 10000" in done.stderr

@@ -256,8 +256,21 @@ def _report(error: TpuctlError, machine: str | None) -> None:
     emit_error(error, machine=machine)
 
 
+def fewer_collections() -> None:
+    """Let the cyclic garbage collector's youngest generation grow to 10,000 allocations
+    before a pass (Python's default is 700). A command imports most of what it runs lazily,
+    google-cloud-tpu and paramiko among it, and those imports allocate many objects that
+    live as long as the process: with the default, collecting them took about 15% of a
+    command's start (0.33 s of CPU against 0.28 for a reconcile step's imports, 1.17 against
+    0.89 for google-cloud-compute's). Garbage is still collected, in fewer, larger passes."""
+    import gc
+
+    gc.set_threshold(10_000, 10, 10)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and map every outcome to a documented exit code."""
+    fewer_collections()
     args = list(sys.argv[1:] if argv is None else argv)
     sys.exit(run(args))
 
