@@ -192,8 +192,10 @@ def test_paramiko_is_loaded_without_invoke_and_invoke_still_imports_afterwards()
         "assert paramiko.config.invoke is None\n"
         "config = paramiko.SSHConfig.from_text('Host w\\n  User tpu\\n')\n"
         "assert config.lookup('w')['user'] == 'tpu'\n"
-        "import invoke\n"
-        "assert invoke.Context is not None\n"
+        "import importlib.util\n"
+        "if importlib.util.find_spec('invoke'):  # paramiko 4 requires it, 3 does not\n"
+        "    import invoke\n"
+        "    assert invoke.Context is not None\n"
     )
     ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
