@@ -12,10 +12,10 @@ def load_paramiko() -> None:
     paramiko.config imports invoke (which paramiko 4 requires), and the copy of PyYAML
     invoke vendors, only to run an ssh_config `Match exec` line. tpuctl never hands paramiko
     an ssh_config, and the import took about 50 ms of every `tpuctl ssh`, `up` and
-    `reconcile` start. A None entry in
-    sys.modules makes `import invoke` raise ImportError, which paramiko handles (it then
-    refuses `Match exec`); the entry is taken out again, so a later `import invoke` works.
-    tests/fanout/test_paramiko_canary.py fails if a paramiko release stops importing.
+    `reconcile` start. A None entry in sys.modules makes `import invoke` raise ImportError,
+    which paramiko handles (it then refuses `Match exec`); the entry is taken out again, so
+    a later `import invoke` works. tests/fanout/test_paramiko_canary.py fails if a paramiko
+    release stops importing without it.
     """
     if "paramiko" in sys.modules or "invoke" in sys.modules:
         return
