@@ -168,10 +168,15 @@ def test_already_exists_and_request_id_idempotency(client: Any, parent: str) -> 
     name = first.result(timeout=30).name
     assert len([q for q in client.list_queued_resources(parent=parent)]) == 1
 
-    delete_request = {"name": name, "force": True, "request_id": "del-" + qr_id}
-    one = client.delete_queued_resource(request=delete_request)
-    two = client.delete_queued_resource(request=delete_request)
-    assert one.operation.name == two.operation.name
+    # The raw operations: a delete ends with google.protobuf.Empty, which the v2alpha1 client
+    # (declaring QueuedResource) cannot unwrap from an operation already done when it answers,
+    # as the replay is once the first delete has finished.
+    delete_request = cloud_tpu.DeleteQueuedResourceRequest(
+        name=name, force=True, request_id="del-" + qr_id
+    )
+    one = client.transport.delete_queued_resource(delete_request)
+    two = client.transport.delete_queued_resource(delete_request)
+    assert one.name == two.name
 
 
 def test_not_found(client: Any, parent: str) -> None:
