@@ -1,18 +1,17 @@
 """Compute Engine as the source of a spec's slice (`tpu.api: compute`): a TPU VM instance, or a
 multi-host slice as a workload policy, an instance template and a bulk MIG, read and driven
-through google-cloud-compute.
+over Compute Engine's REST API (tpuctl.cloud.compute_http).
 
 `ComputeTpuClient` answers the TpuClient calls TpuApi and tpuctl.cloud.nodes make (get, list,
 create and delete a queued resource; list and get nodes; guest attributes; a node's metadata
 update), with the generated client's keywords, so TpuApi keeps its one retry policy, call
 budget and error mapping; what it reads is shown as queued resources and nodes by
-tpuctl.cloud.compute_slices. google.cloud.compute_v1 is imported only inside functions.
+tpuctl.cloud.compute_slices.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
+from tpuctl.cloud.compute_http import ComputeRest
 from tpuctl.cloud.compute_ops import (
     DONE,
     OPERATION_POLL,
@@ -27,7 +27,6 @@ from tpuctl.cloud.compute_ops import (
     ComputeOperation,
     Conflicts,
     NotServed,
-    as_json,
     google_error,
     operation_error,
     request_ids,
@@ -48,22 +47,6 @@ from tpuctl.cloud.compute_slices import (
 )
 from tpuctl.errors import TpuctlError
 
-RESOURCE_CLIENTS = {
-    "instances": "InstancesClient",
-    "resourcePolicies": "ResourcePoliciesClient",
-    "instanceTemplates": "InstanceTemplatesClient",
-    "regionInstanceTemplates": "RegionInstanceTemplatesClient",
-    "instanceGroupManagers": "InstanceGroupManagersClient",
-    "regionInstanceGroupManagers": "RegionInstanceGroupManagersClient",
-}
-RESOURCE_MESSAGES = {
-    "instances": ("Instance", "instance_resource"),
-    "resourcePolicies": ("ResourcePolicy", "resource_policy_resource"),
-    "instanceTemplates": ("InstanceTemplate", "instance_template_resource"),
-    "regionInstanceTemplates": ("InstanceTemplate", "instance_template_resource"),
-    "instanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
-    "regionInstanceGroupManagers": ("InstanceGroupManager", "instance_group_manager_resource"),
-}
 PREEMPTED_OPERATION = "compute.instances.preempted"
 MAINTENANCE_OPERATION = "compute.instances.terminateOnHostMaintenance"
 # An insert overtaken by a delete or a stop before its VM ran ends with this HTTP status.
@@ -78,12 +61,12 @@ RUN_END_SLACK = timedelta(seconds=5)
 
 class ComputeTpuClient:
     """The TpuClient face over Compute Engine (see the module doc): `api_endpoint` is where
-    compute v1 answers (None: compute.googleapis.com), `credentials` what its clients use."""
+    compute v1 answers (None: compute.googleapis.com), `credentials` what its requests use."""
 
     def __init__(self, credentials: Any, api_endpoint: str | None = None) -> None:
         self.credentials = credentials
         self.api_endpoint = api_endpoint
-        self._clients: dict[str, Any] = {}
+        self.rest = ComputeRest(credentials, api_endpoint)
         # The ids of the instances this client asked to delete: Compute Engine shows a
         # deleting instance as STOPPING, which alone would read as a suspension (ids, not
         # names: the slice made again under the same name is another instance).
@@ -105,42 +88,34 @@ class ComputeTpuClient:
             endpoint = f"http://{endpoint}"
         return cls(credentials, endpoint)
 
-    def _client(self, kind: str) -> Any:
-        if kind not in self._clients:
-            from google.api_core.client_options import ClientOptions
-            from google.cloud import compute_v1
-
-            options = ClientOptions(api_endpoint=self.api_endpoint) if self.api_endpoint else None
-            self._clients[kind] = getattr(compute_v1, kind)(
-                credentials=self.credentials, client_options=options, transport="rest"
-            )
-        return self._clients[kind]
-
     # -------------------------------------------------------------------------- operations
 
     def operation(self, operation: Any) -> dict[str, Any]:
-        """The current state of an operation (an ExtendedOperation or its JSON), read through
-        the operations client of its scope built with our endpoint (the ExtendedOperation's
-        own polling ignores it)."""
-        data = operation if isinstance(operation, dict) else _operation_json(operation)
+        """The current state of an operation (its JSON), read from the operations collection
+        of its scope."""
+        data = dict(operation)
         if data.get("status") == DONE:
             return data
         project = _project_of(str(data.get("selfLink") or data.get("targetLink") or ""))
         name = str(data.get("name", ""))
         with Conflicts():
             if data.get("zone"):
-                current = self._client("ZoneOperationsClient").get(
-                    project=project, zone=short(str(data["zone"])), operation=name
+                return self.rest.call(
+                    "zoneOperations",
+                    "get",
+                    project=project,
+                    zone=short(str(data["zone"])),
+                    operation=name,
                 )
-            elif data.get("region"):
-                current = self._client("RegionOperationsClient").get(
-                    project=project, region=short(str(data["region"])), operation=name
+            if data.get("region"):
+                return self.rest.call(
+                    "regionOperations",
+                    "get",
+                    project=project,
+                    region=short(str(data["region"])),
+                    operation=name,
                 )
-            else:
-                current = self._client("GlobalOperationsClient").get(
-                    project=project, operation=name
-                )
-        return as_json(current)
+            return self.rest.call("globalOperations", "get", project=project, operation=name)
 
     def forget(self, operation: Mapping[str, Any], *, quiet: bool = True) -> None:
         """Delete a zone operation's record (`quiet`: best effort, errors ignored)."""
@@ -148,7 +123,9 @@ class ComputeTpuClient:
 
         ignored: tuple[type[BaseException], ...] = (exceptions.GoogleAPICallError,) if quiet else ()
         with contextlib.suppress(*ignored):
-            self._client("ZoneOperationsClient").delete(
+            self.rest.call(
+                "zoneOperations",
+                "delete",
                 project=_project_of(str(operation.get("selfLink", ""))),
                 zone=short(str(operation.get("zone", ""))),
                 operation=str(operation.get("name", "")),
@@ -174,23 +151,24 @@ class ComputeTpuClient:
         from google.api_core import exceptions
 
         try:
-            instance = self._client("InstancesClient").get(
-                project=project, zone=zone, instance=name
-            )
+            data = self.rest.call("instances", "get", project=project, zone=zone, instance=name)
         except exceptions.NotFound:
             pass
         else:
-            data = as_json(instance)
             # A MIG's member named like the slice is not it: the MIG below is.
             if "created-by" not in metadata_items(data.get("metadata")):
                 return ComputeSlice(name, [self._with_stop_cause(project, zone, data)])
         try:
-            group = self._client("InstanceGroupManagersClient").get(
-                project=project, zone=zone, instance_group_manager=name
+            group = self.rest.call(
+                "instanceGroupManagers",
+                "get",
+                project=project,
+                zone=zone,
+                instance_group_manager=name,
             )
         except exceptions.NotFound:
             return None
-        return self._group_slice(project, zone, as_json(group))
+        return self._group_slice(project, zone, group)
 
     def _with_stop_cause(self, project: str, zone: str, data: dict[str, Any]) -> dict[str, Any]:
         """A stopped instance with what stopped it, from the zone's system operations (the
@@ -199,10 +177,14 @@ class ComputeTpuClient:
         service)."""
         if data.get("status") not in ("STOPPING", "TERMINATED") or stop_cause(data):
             return data
-        listed = self._client("ZoneOperationsClient").list(
-            request={"project": project, "zone": zone, "filter": f"targetId = {data.get('id')}"}
+        listed = self.rest.list(
+            "zoneOperations",
+            "list",
+            project=project,
+            zone=zone,
+            filter=f"targetId = {data.get('id')}",
         )
-        kinds = {str(as_json(operation).get("operationType", "")) for operation in listed}
+        kinds = {str(operation.get("operationType", "")) for operation in listed}
         if PREEMPTED_OPERATION in kinds:
             return {**data, "statusMessage": "Instance was preempted."}
         if MAINTENANCE_OPERATION in kinds:
@@ -212,18 +194,22 @@ class ComputeTpuClient:
     def _group_slice(self, project: str, zone: str, group: dict[str, Any]) -> ComputeSlice:
         from google.api_core import exceptions
 
-        managed = self._client("InstanceGroupManagersClient").list_managed_instances(
-            project=project, zone=zone, instance_group_manager=str(group["name"])
+        managed = self.rest.list(
+            "instanceGroupManagers",
+            "listManagedInstances",
+            project=project,
+            zone=zone,
+            instance_group_manager=str(group["name"]),
         )
         instances = []
         for entry in managed:
             try:
-                instance = self._client("InstancesClient").get(
-                    project=project, zone=zone, instance=entry.name
+                instance = self.rest.call(
+                    "instances", "get", project=project, zone=zone, instance=str(entry["name"])
                 )
             except exceptions.NotFound:
                 continue
-            instances.append(self._with_stop_cause(project, zone, as_json(instance)))
+            instances.append(self._with_stop_cause(project, zone, instance))
         ordered = sorted(
             enumerate(instances), key=lambda pair: worker_number(pair[1], 10_000 + pair[0])
         )
@@ -240,26 +226,27 @@ class ComputeTpuClient:
         try:
             if "regions" in parts:
                 region = parts[parts.index("regions") + 1]
-                found = self._client("RegionInstanceTemplatesClient").get(
-                    project=project, region=region, instance_template=short(link)
+                return self.rest.call(
+                    "regionInstanceTemplates",
+                    "get",
+                    project=project,
+                    region=region,
+                    instance_template=short(link),
                 )
-            else:
-                found = self._client("InstanceTemplatesClient").get(
-                    project=project, instance_template=short(link)
-                )
+            return self.rest.call(
+                "instanceTemplates", "get", project=project, instance_template=short(link)
+            )
         except exceptions.NotFound:
             return None
-        return as_json(found)
 
     def failed_insert(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
         """The newest insert of instance `name` in `zone` that failed (no capacity, …; not
         one a delete overtook), if any."""
-        listed = self._client("ZoneOperationsClient").list(
-            request={"project": project, "zone": zone, "filter": "operationType = insert"}
+        listed = self.rest.list(
+            "zoneOperations", "list", project=project, zone=zone, filter="operationType = insert"
         )
         found = None
-        for operation in listed:
-            data = as_json(operation)
+        for data in listed:
             if short(str(data.get("targetLink", ""))) != name or not data.get("error"):
                 continue
             if int(data.get("httpErrorStatusCode") or 0) == OVERTAKEN:
@@ -271,13 +258,12 @@ class ComputeTpuClient:
     def slices(self, project: str, zone: str) -> list[ComputeSlice]:
         """Every slice in the zone: lone TPU VMs (not a MIG's) and MIGs (of TPU VMs)."""
         slices: list[ComputeSlice] = []
-        for instance in self._client("InstancesClient").list(project=project, zone=zone):
-            data = as_json(instance)
+        for data in self.rest.list("instances", "list", project=project, zone=zone):
             lone = "created-by" not in metadata_items(data.get("metadata"))
             if lone and is_tpu_machine(str(data.get("machineType", ""))):
                 slices.append(ComputeSlice(str(data["name"]), [data]))
-        for group in self._client("InstanceGroupManagersClient").list(project=project, zone=zone):
-            found = self._group_slice(project, zone, as_json(group))
+        for group in self.rest.list("instanceGroupManagers", "list", project=project, zone=zone):
+            found = self._group_slice(project, zone, group)
             if is_tpu_machine(found.machine_type):
                 slices.append(found)
         return slices
@@ -286,36 +272,29 @@ class ComputeTpuClient:
 
     def machine_type(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
         """The zone's machine type `name`, or None when the zone has none of that name."""
-        return self._found(
-            "MachineTypesClient", "get", project=project, zone=zone, machine_type=name
-        )
+        return self._found("machineTypes", "get", project=project, zone=zone, machine_type=name)
 
     def image(self, source: str) -> dict[str, Any] | None:
         """The image a boot disk's sourceImage names (`projects/P/global/images/family/F`
         or `…/images/NAME`), or None when there is none."""
         project = _after(source, "projects")
         if "/family/" in source:
-            return self._found(
-                "ImagesClient", "get_from_family", project=project, family=short(source)
-            )
-        return self._found("ImagesClient", "get", project=project, image=short(source))
+            return self._found("images", "getFromFamily", project=project, family=short(source))
+        return self._found("images", "get", project=project, image=short(source))
 
     def reservation(self, project: str, zone: str, name: str) -> dict[str, Any] | None:
-        return self._found(
-            "ReservationsClient", "get", project=project, zone=zone, reservation=name
-        )
+        return self._found("reservations", "get", project=project, zone=zone, reservation=name)
 
-    def _found(self, kind: str, method: str, **request: str) -> dict[str, Any] | None:
+    def _found(self, collection: str, method: str, **request: str) -> dict[str, Any] | None:
         from google.api_core import exceptions
 
         try:
-            found = getattr(self._client(kind), method)(request=request)
+            return self.rest.call(collection, method, **request)
         except exceptions.NotFound as error:
             # The emulator's Compute Engine answers a method it lacks with a 404 of its own.
             if any(words in str(error.message) for words in ("No such path", "No such method")):
-                raise NotServed(f"{kind.removesuffix('Client')}.{method}") from None
+                raise NotServed(f"{collection}.{method}") from None
             return None
-        return as_json(found)
 
     # ---------------------------------------------------------- the TpuClient face: reads
 
@@ -404,17 +383,21 @@ class ComputeTpuClient:
         for instance in found.instances:
             entries = []
             try:
-                published = self._client("InstancesClient").get_guest_attributes(
-                    request={
-                        "project": project,
-                        "zone": zone,
-                        "instance": str(instance["name"]),
-                        "query_path": query or "hostkeys/",
-                    }
+                published = self.rest.call(
+                    "instances",
+                    "getGuestAttributes",
+                    project=project,
+                    zone=zone,
+                    instance=str(instance["name"]),
+                    query_path=query or "hostkeys/",
                 )
                 entries = [
-                    tpu.GuestAttributesEntry(namespace=e.namespace, key=e.key, value=e.value)
-                    for e in published.query_value.items
+                    tpu.GuestAttributesEntry(
+                        namespace=str(e.get("namespace", "")),
+                        key=str(e.get("key", "")),
+                        value=str(e.get("value", "")),
+                    )
+                    for e in (published.get("queryValue") or {}).get("items") or []
                 ]
             except exceptions.NotFound:
                 pass  # nothing published (yet, or guest attributes off)
@@ -459,15 +442,10 @@ class ComputeTpuClient:
 
         return ComputeOperation(self, [last], accepted)
 
-    def _insert(self, sent: Any, request_id: str) -> Any:
-        from google.cloud import compute_v1
-
-        kind, keyword = RESOURCE_MESSAGES[sent.resource]
-        message = getattr(compute_v1, kind).from_json(json.dumps(sent.body))
-        client = self._client(RESOURCE_CLIENTS[sent.resource])
+    def _insert(self, sent: Any, request_id: str) -> dict[str, Any]:
         with Conflicts():
-            return client.insert(
-                request={**dict(sent.scope), keyword: message, "request_id": request_id}
+            return self.rest.call(
+                sent.resource, sent.method, body=sent.body, request_id=request_id, **sent.scope
             )
 
     def delete_queued_resource(
@@ -492,12 +470,12 @@ class ComputeTpuClient:
         self._deleting.add(found.identity)
         scope = {"project": project, "zone": zone, "request_id": request_id}
         if found.group is None:
-            kind, target = "InstancesClient", {"instance": name}
+            collection, target = "instances", {"instance": name}
         else:
-            kind, target = "InstanceGroupManagersClient", {"instance_group_manager": name}
+            collection, target = "instanceGroupManagers", {"instance_group_manager": name}
         with Conflicts():
             operation = self._call(
-                retry, lambda: self._client(kind).delete(request={**scope, **target})
+                retry, lambda: self.rest.call(collection, "delete", **scope, **target)
             )
         if found.group is None:
             return ComputeOperation(self, [operation])
@@ -514,7 +492,9 @@ class ComputeTpuClient:
         try:
             if "/regions/" in template:
                 sent.append(
-                    self._client("RegionInstanceTemplatesClient").delete(
+                    self.rest.call(
+                        "regionInstanceTemplates",
+                        "delete",
                         project=project,
                         region=_after(template, "regions"),
                         instance_template=short(template),
@@ -522,8 +502,11 @@ class ComputeTpuClient:
                 )
             elif template:
                 sent.append(
-                    self._client("InstanceTemplatesClient").delete(
-                        project=project, instance_template=short(template)
+                    self.rest.call(
+                        "instanceTemplates",
+                        "delete",
+                        project=project,
+                        instance_template=short(template),
                     )
                 )
         except exceptions.NotFound:
@@ -531,7 +514,9 @@ class ComputeTpuClient:
         if policy:
             with contextlib.suppress(exceptions.NotFound):
                 sent.append(
-                    self._client("ResourcePoliciesClient").delete(
+                    self.rest.call(
+                        "resourcePolicies",
+                        "delete",
                         project=project,
                         region=_after(policy, "regions"),
                         resource_policy=short(policy),
@@ -544,8 +529,6 @@ class ComputeTpuClient:
     ) -> ComputeOperation:
         """A node's `ssh-keys` metadata, set on every instance of its slice (each keeps its
         own other items; a stale fingerprint is ABORTED, which the caller retries)."""
-        from google.cloud import compute_v1
-
         node = request["node"]
         project, zone, name = _parts(str(node["name"]))
         wanted = dict(node.get("metadata") or {})
@@ -558,17 +541,19 @@ class ComputeTpuClient:
             items = metadata_items(metadata)
             if "ssh-keys" in wanted:
                 items["ssh-keys"] = str(wanted["ssh-keys"])
-            body = compute_v1.Metadata(
-                fingerprint=str(metadata.get("fingerprint", "")),
-                items=[compute_v1.Items(key=k, value=v) for k, v in items.items()],
-            )
+            body = {
+                "fingerprint": str(metadata.get("fingerprint", "")),
+                "items": [{"key": k, "value": v} for k, v in items.items()],
+            }
             with Conflicts():
                 sent.append(
-                    self._client("InstancesClient").set_metadata(
+                    self.rest.call(
+                        "instances",
+                        "setMetadata",
+                        body=body,
                         project=project,
                         zone=zone,
                         instance=str(instance["name"]),
-                        metadata_resource=body,
                     )
                 )
         return ComputeOperation(self, sent)
@@ -585,8 +570,12 @@ class ComputeTpuClient:
         workers = [int(worker) for worker in getattr(request, "worker_ids", []) or [0]]
         instance = found.instances[min(workers[0], len(found.instances) - 1)]
         with Conflicts():
-            operation = self._client("InstancesClient").simulate_maintenance_event(
-                project=project, zone=zone, instance=str(instance["name"])
+            operation = self.rest.call(
+                "instances",
+                "simulateMaintenanceEvent",
+                project=project,
+                zone=zone,
+                instance=str(instance["name"]),
             )
         return ComputeOperation(self, [operation])
 
@@ -599,11 +588,6 @@ class ComputeTpuClient:
     def _call(self, retry: Any, call: Callable[[], Any]) -> Any:
         with Conflicts():
             return retry(call)() if retry is not None else call()
-
-
-def _operation_json(operation: Any) -> dict[str, Any]:
-    inner = getattr(operation, "_extended_operation", operation)
-    return as_json(inner)
 
 
 def _project_of(link: str) -> str:

@@ -7,7 +7,6 @@ RESOURCE_EXHAUSTED). google.api_core is imported only inside functions.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -177,13 +176,6 @@ def google_error(kind: str, message: str) -> Exception:
 
     made: Exception = getattr(exceptions, kind)(message)
     return made
-
-
-def as_json(message: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        type(message).to_json(message, indent=None, use_integers_for_enums=False)
-    )
-    return data
 
 
 class Conflicts:
