@@ -428,5 +428,5 @@ def test_a_compute_spec_on_the_emulator_skips_what_its_compute_engine_lacks(
     assert outcome.exit_code == 0, outcome.stderr
     found = checks_of(outcome)
     assert found["machine-type"]["severity"] == "info"
-    assert "has no MachineTypes.get" in found["machine-type"]["message"]
+    assert "has no machineTypes.get" in found["machine-type"]["message"]
     assert "could not check" not in outcome.stdout
