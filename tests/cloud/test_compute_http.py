@@ -14,7 +14,7 @@ import pytest
 import requests
 from google.api_core import exceptions
 
-from tpuctl.cloud.compute_http import METHODS, ComputeRest, camel
+from tpuctl.cloud.compute_http import METHODS, ComputeRest, at, camel
 
 
 def _dumps(body: Any) -> bytes:
@@ -121,3 +121,41 @@ def test_a_missing_path_value_is_said_before_anything_is_sent() -> None:
 def test_snake_case_keywords_become_the_apis_names() -> None:
     assert camel("instance_group_manager") == "instanceGroupManager"
     assert camel("queryPath") == "queryPath"
+
+
+@pytest.mark.parametrize(
+    ("link", "collection", "keys"),
+    [
+        (
+            "https://compute.googleapis.com/compute/v1/projects/p/zones/z/operations/op-1",
+            "zoneOperations",
+            {"project": "p", "zone": "z", "operation": "op-1"},
+        ),
+        ("projects/p/regions/r/operations/op-2", "regionOperations",
+         {"project": "p", "region": "r", "operation": "op-2"}),
+        ("projects/p/global/operations/op-3", "globalOperations",
+         {"project": "p", "operation": "op-3"}),
+        ("projects/p/global/instanceTemplates/t", "instanceTemplates",
+         {"project": "p", "instance_template": "t"}),
+        ("projects/p/regions/r/instanceTemplates/t", "regionInstanceTemplates",
+         {"project": "p", "region": "r", "instance_template": "t"}),
+        ("projects/p/regions/r/resourcePolicies/w", "resourcePolicies",
+         {"project": "p", "region": "r", "resource_policy": "w"}),
+    ],
+)  # fmt: skip
+def test_a_link_names_its_collection_and_keywords(
+    link: str, collection: str, keys: dict[str, str]
+) -> None:
+    """What a deletion or an operation poll sends: the link's own collection and keywords."""
+    found, got = at(link)
+    assert found == collection
+    assert {k: v for k, v in got.items()} == {camel(k): v for k, v in keys.items()}
+    rest, session = _rest((200, {}))
+    rest.call(found, "delete" if "operations" not in link else "get", **got)
+    [(_, url, _, _)] = session.sent
+    assert url.endswith(link.rsplit("/compute/v1/", maxsplit=1)[-1])
+
+
+def test_a_link_that_names_no_resource_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a Compute Engine resource link"):
+        at("projects/p/zones/z")

@@ -19,7 +19,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from tpuctl.cloud.compute_http import ComputeRest
+from tpuctl.cloud.compute_http import ComputeRest, at
 from tpuctl.cloud.compute_ops import (
     DONE,
     OPERATION_POLL,
@@ -96,26 +96,9 @@ class ComputeTpuClient:
         data = dict(operation)
         if data.get("status") == DONE:
             return data
-        project = _project_of(str(data.get("selfLink") or data.get("targetLink") or ""))
-        name = str(data.get("name", ""))
+        collection, keys = at(str(data["selfLink"]))
         with Conflicts():
-            if data.get("zone"):
-                return self.rest.call(
-                    "zoneOperations",
-                    "get",
-                    project=project,
-                    zone=short(str(data["zone"])),
-                    operation=name,
-                )
-            if data.get("region"):
-                return self.rest.call(
-                    "regionOperations",
-                    "get",
-                    project=project,
-                    region=short(str(data["region"])),
-                    operation=name,
-                )
-            return self.rest.call("globalOperations", "get", project=project, operation=name)
+            return self.rest.call(collection, "get", **keys)
 
     def forget(self, operation: Mapping[str, Any], *, quiet: bool = True) -> None:
         """Delete a zone operation's record (`quiet`: best effort, errors ignored)."""
@@ -123,13 +106,8 @@ class ComputeTpuClient:
 
         ignored: tuple[type[BaseException], ...] = (exceptions.GoogleAPICallError,) if quiet else ()
         with contextlib.suppress(*ignored):
-            self.rest.call(
-                "zoneOperations",
-                "delete",
-                project=_project_of(str(operation.get("selfLink", ""))),
-                zone=short(str(operation.get("zone", ""))),
-                operation=str(operation.get("name", "")),
-            )
+            collection, keys = at(str(operation["selfLink"]))
+            self.rest.call(collection, "delete", **keys)
 
     def wait_done(self, operation: Any, timeout: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -221,21 +199,9 @@ class ComputeTpuClient:
 
         if not link:
             return None
-        parts = link.split("/")
-        project = _project_of(link)
+        collection, keys = at(link)
         try:
-            if "regions" in parts:
-                region = parts[parts.index("regions") + 1]
-                return self.rest.call(
-                    "regionInstanceTemplates",
-                    "get",
-                    project=project,
-                    region=region,
-                    instance_template=short(link),
-                )
-            return self.rest.call(
-                "instanceTemplates", "get", project=project, instance_template=short(link)
-            )
+            return self.rest.call(collection, "get", **keys)
         except exceptions.NotFound:
             return None
 
@@ -480,48 +446,20 @@ class ComputeTpuClient:
         if found.group is None:
             return ComputeOperation(self, [operation])
         self.wait_done(operation, DELETE_STEP_TIMEOUT)
-        return ComputeOperation(self, self._delete_parts(project, found.group))
+        return ComputeOperation(self, self._delete_parts(found.group))
 
-    def _delete_parts(self, project: str, group: Mapping[str, Any]) -> list[Any]:
+    def _delete_parts(self, group: Mapping[str, Any]) -> list[Any]:
         """Delete a deleted MIG's template and workload policy (gone already: fine)."""
         from google.api_core import exceptions
 
         sent = []
         template = str(group.get("instanceTemplate", ""))
         policy = str((group.get("resourcePolicies") or {}).get("workloadPolicy", ""))
-        try:
-            if "/regions/" in template:
-                sent.append(
-                    self.rest.call(
-                        "regionInstanceTemplates",
-                        "delete",
-                        project=project,
-                        region=_after(template, "regions"),
-                        instance_template=short(template),
-                    )
-                )
-            elif template:
-                sent.append(
-                    self.rest.call(
-                        "instanceTemplates",
-                        "delete",
-                        project=project,
-                        instance_template=short(template),
-                    )
-                )
-        except exceptions.NotFound:
-            pass
-        if policy:
-            with contextlib.suppress(exceptions.NotFound):
-                sent.append(
-                    self.rest.call(
-                        "resourcePolicies",
-                        "delete",
-                        project=project,
-                        region=_after(policy, "regions"),
-                        resource_policy=short(policy),
-                    )
-                )
+        for link in (template, policy):
+            if link:
+                collection, keys = at(link)
+                with contextlib.suppress(exceptions.NotFound):
+                    sent.append(self.rest.call(collection, "delete", **keys))
         return sent
 
     def update_node(
@@ -588,10 +526,6 @@ class ComputeTpuClient:
     def _call(self, retry: Any, call: Callable[[], Any]) -> Any:
         with Conflicts():
             return retry(call)() if retry is not None else call()
-
-
-def _project_of(link: str) -> str:
-    return _after(link, "projects")
 
 
 def _after(link: str, word: str) -> str:

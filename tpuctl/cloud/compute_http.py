@@ -140,12 +140,46 @@ METHODS: dict[tuple[str, str], tuple[str, str, str]] = {
     ),
 }
 _FIELD = re.compile(r"\{(\w+)\}")
+# A link's scope and kind → the collection that serves it, where the name differs by scope.
+SCOPED = {
+    ("zones", "operations"): "zoneOperations",
+    ("regions", "operations"): "regionOperations",
+    ("global", "operations"): "globalOperations",
+    ("regions", "instanceTemplates"): "regionInstanceTemplates",
+    ("regions", "instanceGroupManagers"): "regionInstanceGroupManagers",
+}
 
 
 def camel(name: str) -> str:
     """`instance_group_manager` → `instanceGroupManager` (already camel: unchanged)."""
     head, *rest = name.split("_")
     return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def at(link: str) -> tuple[str, dict[str, str]]:
+    """What a resource's link (`…/projects/P/{zones/Z|regions/R|global}/KIND/NAME`) names: the
+    collection whose methods take it, and their keywords (project, zone or region, the name
+    under the parameter name its paths give it)."""
+    parts = link.split("/")
+    rest = parts[parts.index("projects") + 1 :] if "projects" in parts else []
+    if len(rest) < 4:
+        raise ValueError(f"not a Compute Engine resource link: {link!r}")
+    keys = {"project": rest[0]}
+    if rest[1] == "global":
+        scope, (kind, name) = "global", rest[2:4]
+    else:
+        if len(rest) < 5:
+            raise ValueError(f"not a Compute Engine resource link: {link!r}")
+        scope, (kind, name) = rest[1], rest[3:5]
+        keys[scope.removesuffix("s")] = rest[2]
+    collection = SCOPED.get((scope, kind), kind)
+    [parameter] = {
+        _FIELD.findall(path)[-1]
+        for (served, _), (_, path, _) in METHODS.items()
+        if served == collection and path.endswith("}")
+    }
+    keys[parameter] = name
+    return collection, keys
 
 
 class ComputeRest:
