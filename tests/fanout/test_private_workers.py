@@ -19,7 +19,8 @@ import pytest
 from tests.fanout.gcloud_standin import BACKEND_FAILED, NO_CREDENTIALS, install
 from tests.harness import QR, USER, Project, by_label, project_in, unique
 from tests.support import wait_for
-from tpuctl.fanout.routes import JumpHost, check_instance, parse_jump
+from tpuctl.fanout.bastion import JumpHost, parse_jump
+from tpuctl.fanout.routes import check_instance
 
 
 @dataclass

@@ -14,11 +14,12 @@ from tpuctl.cloud import nodes as cloud_nodes
 from tpuctl.cloud import oslogin
 from tpuctl.cloud.client import TpuApi
 from tpuctl.errors import UnreachableError, UsageError, quoted
+from tpuctl.fanout.bastion import Bastion, JumpHost, parse_jump
 from tpuctl.fanout.connection import ConnectOptions
 from tpuctl.fanout.keys import LocalKey, check_user, default_user, ensure_key
 from tpuctl.fanout.known_hosts import CHECKING_MODES, HostKeyPins, default_path
 from tpuctl.fanout.operations import Fleet, SshSettings
-from tpuctl.fanout.routes import Bastion, IapTunnel, JumpHost, Route, find_gcloud, parse_jump
+from tpuctl.fanout.routes import IapTunnel, Route, find_gcloud
 from tpuctl.fanout.targets import WorkerTarget, select, ssh_port, worker_targets
 
 Progress = Callable[[str], None]
