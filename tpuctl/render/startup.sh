@@ -74,7 +74,7 @@ STATE_HEARTBEAT_SECONDS="${TPUCTL_STATE_HEARTBEAT_SECONDS:-60}"
 LOG_TO_STDERR=1
 log() {
   local line
-  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) tpuctl-startup: $*"
+  TZ=UTC printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T tpuctl-startup: %s' -1 "$*"
   if ((LOG_TO_STDERR)); then printf '%s\n' "$line" >&2; fi
   if [[ -n $BOOT_LOG ]]; then printf '%s\n' "$line" >>"$BOOT_LOG" || true; fi
   return 0
@@ -89,49 +89,63 @@ write_status() {
     printf 'pid=%s\n' "$TRAINER_PID"
     printf 'started=%s\n' "$STARTED"
     printf 'exit_code=%s\n' "$EXIT_CODE"
-    printf 'heartbeat=%s\n' "$(date +%s)"
+    printf 'heartbeat=%(%s)T\n' -1
     printf 'reason=%s\n' "${REASON//$'\n'/ }"
     printf 'signalled=%s\n' "${SIGNALLED:-0}"
   } >"$tmp" && mv -f "$tmp" "$STATE_DIR/status"
   write_shared_state
 }
 
-# A JSON string (quotes, backslashes and control characters escaped), with builtins only.
-json_string() {
-  local LC_ALL=C text=$1
+# JSON_OUT+=,"KEY":VALUE for a string (quotes, backslashes and control characters escaped) or
+# a number (null when it is none), with builtins only: no subshell, the heartbeat writes often.
+json_add_string() {
+  local LC_ALL=C text=$2
   text=${text//\\/\\\\}
   text=${text//\"/\\\"}
   text=${text//$'\n'/\\n}
   text=${text//$'\r'/\\r}
   text=${text//$'\t'/\\t}
   text=${text//[$'\001'-$'\037']/}
-  printf '"%s"' "$text"
+  JSON_OUT+=",\"$1\":\"$text\""
 }
 
-json_number() {
-  if [[ $1 =~ ^-?[0-9]+$ ]]; then printf '%s' "$1"; else printf null; fi
+json_add_number() {
+  if [[ $2 =~ ^-?[0-9]+$ ]]; then JSON_OUT+=",\"$1\":$2"; else JSON_OUT+=",\"$1\":null"; fi
 }
 
 # The state object, when what it says changed (or with `force`, for the heartbeat).
 write_shared_state() {
   [[ -n $WORKER_STATE ]] || return 0
   local body text tmp now
-  body="\"state\":$(json_string "$STATUS_STATE"),\"boot\":$(json_number "$BOOT")"
-  body+=",\"pid\":$(json_number "$TRAINER_PID"),\"started\":$(json_string "$STARTED")"
-  body+=",\"exit_code\":$(json_number "$EXIT_CODE"),\"signalled\":$(json_number "${SIGNALLED:-0}")"
-  body+=",\"reason\":$(json_string "${REASON//$'\n'/ }"),\"last_step\":$(json_number "$LAST_STEP")"
-  body+=",\"resumed_from\":$(json_number "$RESUMED_FROM")"
+  JSON_OUT=""
+  json_add_string state "$STATUS_STATE"
+  json_add_number boot "$BOOT"
+  json_add_number pid "$TRAINER_PID"
+  json_add_string started "$STARTED"
+  json_add_number exit_code "$EXIT_CODE"
+  json_add_number signalled "${SIGNALLED:-0}"
+  json_add_string reason "${REASON//$'\n'/ }"
+  json_add_number last_step "$LAST_STEP"
+  json_add_number resumed_from "$RESUMED_FROM"
+  body=$JSON_OUT
   if [[ ${1:-} != force && $body == "$LAST_SHARED" ]]; then return 0; fi
   LAST_SHARED=$body
   printf -v now '%(%s)T' -1
-  text="{\"version\":1,\"run\":$(json_string "$RUN_NAME"),\"slice\":$SLICE_ID"
-  text+=",\"worker\":$WORKER_ID,\"node\":$(json_string "${NODE_ID:-}"),\"heartbeat\":$now,$body}"
+  JSON_OUT="{\"version\":1"
+  json_add_string run "$RUN_NAME"
+  json_add_number slice "$SLICE_ID"
+  json_add_number worker "$WORKER_ID"
+  json_add_string node "${NODE_ID:-}"
+  json_add_number heartbeat "$now"
+  text="$JSON_OUT$body}"
   case $WORKER_STATE in
     gs://*) printf '%s\n' "$text" | gcs_write "$WORKER_STATE" >/dev/null 2>&1 ||
       log "warning: cannot write the state object $WORKER_STATE" ;;
     *)
+      # Its folder is made when the first write finds none (not before every write).
       tmp="$WORKER_STATE.tmp.$BASHPID"
-      { mkdir -p -- "${WORKER_STATE%/*}" && printf '%s\n' "$text" >"$tmp" &&
+      { { printf '%s\n' "$text" >"$tmp" ||
+        { mkdir -p -- "${WORKER_STATE%/*}" && printf '%s\n' "$text" >"$tmp"; }; } &&
         mv -f -- "$tmp" "$WORKER_STATE"; } 2>/dev/null ||
         log "warning: cannot write the state object $WORKER_STATE"
       ;;
@@ -219,15 +233,17 @@ host_address() {
   read -r address _ < <(getent hosts "$name") && [[ -n $address ]] && printf '%s' "$address"
 }
 
-# tpu-env holds lines like `MEGASCALE_SLICE_ID: '1'`.
+# tpu_env_value VAR KEY: VAR set to KEY's value in tpu-env (empty when it has none), whose
+# lines are like `MEGASCALE_SLICE_ID: '1'`. It sets, not prints: no subshell per key.
 tpu_env_value() {
   local line value
+  printf -v "$1" '%s' ""
   while IFS= read -r line; do
-    [[ ${line%%:*} == "$1" ]] || continue
+    [[ ${line%%:*} == "$2" ]] || continue
     value=${line#*:}
     value=${value#"${value%%[![:space:]]*}"}
     value=${value#\'}
-    printf '%s' "${value%\'}"
+    printf -v "$1" '%s' "${value%\'}"
     return 0
   done <<<"$TPU_ENV"
   return 0
@@ -399,7 +415,8 @@ fi
 
 # Boots are counted; tpuctl running the script again in the same boot (after uploading the code,
 # or to restart the job: TPUCTL_STARTUP_RERUN=1) is not a new one and shares its log.
-BOOT=$(cat "$STATE_DIR/boot" 2>/dev/null || true)
+BOOT=""
+{ read -r BOOT <"$STATE_DIR/boot"; } 2>/dev/null || true
 [[ $BOOT =~ ^[0-9]+$ ]] || BOOT=0
 RUN_KIND=boot
 if [[ ${TPUCTL_STARTUP_RERUN:-} == 1 ]] && ((BOOT > 0)); then
@@ -416,8 +433,9 @@ ln -sfn "boot-$BOOT.log" "$LOG_DIR/current.log"
 # upload, an append would happen twice). Only a restart (TPUCTL_STARTUP_RESTART=1), or a stop
 # by `tpuctl stop` in this boot, lets it launch again; its status stays as the job left it.
 if [[ $RUN_KIND != boot && ${TPUCTL_STARTUP_RESTART:-} != 1 ]]; then
-  LAUNCHED_IN=$(cat "$STATE_DIR/launched" 2>/dev/null || true)
-  STOPPED_IN=$(cat "$STATE_DIR/stopped" 2>/dev/null || true)
+  LAUNCHED_IN="" STOPPED_IN=""
+  { read -r LAUNCHED_IN <"$STATE_DIR/launched"; } 2>/dev/null || true
+  { read -r STOPPED_IN <"$STATE_DIR/stopped"; } 2>/dev/null || true
   if [[ $LAUNCHED_IN == "$BOOT" && $STOPPED_IN != "$BOOT" ]]; then
     log "$RUN_KIND $BOOT of run $RUN_NAME: the job was launched in this boot already and" \
       "ended; not launching it again (tpuctl restart relaunches it)"
@@ -505,19 +523,19 @@ fi
 #    say it differently: tpu-env's WORKER_ID / ACCELERATOR_TYPE are TPU_-prefixed on Compute
 #    Engine, and its worker-network-endpoints are instance names, not `n:unknown:IP` triples.
 TPU_ENV=$(metadata tpu-env) || TPU_ENV=""
-WORKER_ID=$(metadata agent-worker-number) || WORKER_ID=$(tpu_env_value TPU_WORKER_ID)
+WORKER_ID=$(metadata agent-worker-number) || tpu_env_value WORKER_ID TPU_WORKER_ID
 [[ -n $WORKER_ID ]] ||
   fail_setup "cannot read agent-worker-number (nor tpu-env's TPU_WORKER_ID) from $METADATA_URL"
 ENDPOINTS=$(metadata worker-network-endpoints) || ENDPOINTS=""
-NODE_ID=$(tpu_env_value NODE_ID)
-ACCELERATOR_TYPE=$(tpu_env_value ACCELERATOR_TYPE)
-[[ -n $ACCELERATOR_TYPE ]] || ACCELERATOR_TYPE=$(tpu_env_value TPU_ACCELERATOR_TYPE)
+tpu_env_value NODE_ID NODE_ID
+tpu_env_value ACCELERATOR_TYPE ACCELERATOR_TYPE
+[[ -n $ACCELERATOR_TYPE ]] || tpu_env_value ACCELERATOR_TYPE TPU_ACCELERATOR_TYPE
 [[ -n $ACCELERATOR_TYPE ]] || ACCELERATOR_TYPE=$(metadata accelerator-type) || ACCELERATOR_TYPE=""
-MEGASCALE_COORDINATOR_ADDRESS=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
-MEGASCALE_NUM_SLICES=$(tpu_env_value MEGASCALE_NUM_SLICES)
-MEGASCALE_SLICE_ID=$(tpu_env_value MEGASCALE_SLICE_ID)
-TPU_ENV_WORKER_ID=$(tpu_env_value WORKER_ID)
-[[ -n $TPU_ENV_WORKER_ID ]] || TPU_ENV_WORKER_ID=$(tpu_env_value TPU_WORKER_ID)
+tpu_env_value MEGASCALE_COORDINATOR_ADDRESS MEGASCALE_COORDINATOR_ADDRESS
+tpu_env_value MEGASCALE_NUM_SLICES MEGASCALE_NUM_SLICES
+tpu_env_value MEGASCALE_SLICE_ID MEGASCALE_SLICE_ID
+tpu_env_value TPU_ENV_WORKER_ID WORKER_ID
+[[ -n $TPU_ENV_WORKER_ID ]] || tpu_env_value TPU_ENV_WORKER_ID TPU_WORKER_ID
 if [[ -n $TPU_ENV_WORKER_ID && $TPU_ENV_WORKER_ID != "$WORKER_ID" ]]; then
   log "warning: tpu-env WORKER_ID=$TPU_ENV_WORKER_ID differs from agent-worker-number=$WORKER_ID"
 fi
@@ -541,7 +559,8 @@ fi
 COORDINATOR_HOST=${FIRST_IP:-127.0.0.1}
 # A Compute Engine TPU VM (its tpu-env says TPU_WORKER_ID): no Autocheckpoint there.
 ON_COMPUTE_ENGINE=0
-[[ -n $(tpu_env_value TPU_WORKER_ID) ]] && ON_COMPUTE_ENGINE=1
+tpu_env_value COMPUTE_WORKER_ID TPU_WORKER_ID
+[[ -n $COMPUTE_WORKER_ID ]] && ON_COMPUTE_ENGINE=1
 if ((MULTISLICE)) && [[ -n $MEGASCALE_COORDINATOR_ADDRESS ]]; then
   COORDINATOR_HOST=${MEGASCALE_COORDINATOR_ADDRESS%:*}
 fi
@@ -559,7 +578,7 @@ fi
 if [[ -n $ZONE_CLAIM_SPEC ]]; then
   resolve_shared_path "$ZONE_CLAIM_SPEC"
   ZONE_CLAIM=$RESOLVED
-  OWN_ZONE=$(tpu_env_value ZONE)
+  tpu_env_value OWN_ZONE ZONE
   [[ -n $OWN_ZONE ]] || fail_setup "tpu-env has no ZONE: cannot check the zone claim"
   CLAIMED="" CLAIM_RC=0
   with_retries zone_claim_read || CLAIM_RC=$?
@@ -839,7 +858,7 @@ supervise() {
     [[ $pgrp == "$TRAINER_PID" ]] && break
     sleep 0.01
   done
-  STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  TZ=UTC printf -v STARTED '%(%Y-%m-%dT%H:%M:%SZ)T' -1
   STATUS_STATE=running
   write_status
   log "trainer started as pid $TRAINER_PID${UNIT:+ in unit $UNIT}"
