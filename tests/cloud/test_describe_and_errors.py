@@ -167,3 +167,35 @@ def test_retry_exhaustion_is_one_clear_error() -> None:
     with pytest.raises(TpuctlError) as caught, api_errors("get", "q"):
         raise api_exceptions.RetryError("deadline", api_exceptions.ServiceUnavailable("down"))
     assert "kept failing" in caught.value.message and "down" in caught.value.message
+
+
+@pytest.mark.parametrize("budget", [2.0, 5.0, 60.0])
+def test_a_retry_budget_is_used_not_given_up_early(
+    budget: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """google.api_core gives up when its next (random) sleep would pass the deadline: the
+    backoff's cap keeps the last attempt in the budget's last quarter, whatever the draws."""
+    from types import SimpleNamespace
+
+    from google.api_core.retry import retry_base, retry_unary
+
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    clock = SimpleNamespace(monotonic=lambda: now[0], sleep=sleep)
+    monkeypatch.setattr(retry_unary, "time", clock)
+    monkeypatch.setattr(retry_base, "time", clock)
+    attempts: list[float] = []
+
+    def down() -> None:
+        attempts.append(now[0])
+        raise api_exceptions.ServiceUnavailable("down")
+
+    for _ in range(200):
+        now[0] = 0.0
+        attempts.clear()
+        with pytest.raises(api_exceptions.RetryError):
+            make_retry(total_seconds=budget, reads=True)(down)()
+        assert budget * 3 / 4 <= attempts[-1] <= budget, attempts

@@ -64,10 +64,11 @@ def test_a_deadline_after_the_outage_ended_deletes_as_usual(
     spec = project.spec()
     name = spec.stem
     assert project.cli("create", str(spec)).exit_code == 0
-    # A short outage at the start of the wait: six failed calls outlast a read's 2 s of
-    # retries (so the wait says so), and end a few seconds in even on a loaded machine, well
-    # before the queueing deadline.
-    emulator.admin.api_fault("UNAVAILABLE", 6)
+    # A short outage at the start of the wait: twenty failed calls outlast a read's 2 s of
+    # retries (so the wait says so: the retries' random sleeps, up to 0.5 s each, add up to
+    # about 5 s), and end a few seconds in even on a loaded machine, well before the queueing
+    # deadline.
+    emulator.admin.api_fault("UNAVAILABLE", 20)
     try:
         env = {"TPUCTL_API_RETRY_SECONDS": "2"}
         waited = project.cli("wait", name, "--queue-timeout", "12s", "--format", "json", env=env)

@@ -235,10 +235,13 @@ def make_retry(
     )
     if reads:
         transient = (*transient, api_exceptions.ResourceExhausted)
+    # google.api_core sleeps a random part of the backoff and gives up when the next sleep
+    # would pass the deadline: with a 4 s cap, a 5 s budget could end after 1 s of retries.
+    # The cap is a quarter of the budget, so at least three quarters of it are used.
     return api_retry.Retry(
         predicate=api_retry.if_exception_type(*transient),
         initial=0.25,
-        maximum=4.0,
+        maximum=min(4.0, max(0.25, total_seconds / 4)),
         multiplier=2.0,
         timeout=total_seconds,
         on_error=on_error,
