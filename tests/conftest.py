@@ -100,13 +100,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Wall seconds of the slowest tests in a parallel run (`scripts/slowest-tests --durations`
 # rewrites it). xdist's work stealing gives each process a contiguous share of the collected
-# order. Most slow tests are end-to-end runs that wait on the emulator more than they compute:
-# if every process started with them, the cores would idle while all of them wait. So only the
-# longest (HEAD_SECONDS or more, which would otherwise hold up the run's end) start the shares;
-# the other slow ones go a third of the way into the shares, spread by their sum, between
-# tests that compute.
+# order: the known slow tests go at the head of the shares, spread by their sum, so none of
+# them starts last and holds up the run's end.
 DURATIONS = Path(__file__).with_name("durations.json")
-HEAD_SECONDS = 40.0
 
 
 def load_durations(path: Path) -> dict[str, float]:
@@ -116,34 +112,20 @@ def load_durations(path: Path) -> dict[str, float]:
         return {}
 
 
-def _spread(
-    slow: list[pytest.Item], workers: int, durations: dict[str, float], loads: list[float]
-) -> list[list[pytest.Item]]:
-    """`slow` (the longest first) dealt to `workers` shares, each to the lightest so far."""
-    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
-    for item in slow:
-        share = loads.index(min(loads))
-        shares[share].append(item)
-        loads[share] += durations[item.nodeid]
-    return shares
-
-
 def slow_first(
     items: list[pytest.Item], workers: int, durations: dict[str, float]
 ) -> list[pytest.Item]:
     """`items` reordered so each of the `workers` contiguous shares (as xdist's worksteal
-    scheduler cuts them) starts with its part of the longest tests, and has its part of the
-    other known slow ones a third of the way in."""
+    scheduler cuts them) starts with its part of the known slow tests, longest first."""
     slow = sorted((i for i in items if i.nodeid in durations), key=lambda i: -durations[i.nodeid])
     if not slow:
         return items
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
-    heads = _spread(
-        [i for i in slow if durations[i.nodeid] >= HEAD_SECONDS], workers, durations, loads
-    )
-    middles = _spread(
-        [i for i in slow if durations[i.nodeid] < HEAD_SECONDS], workers, durations, loads
-    )
+    for item in slow:  # the longest first, each to the lightest share so far
+        share = loads.index(min(loads))
+        heads[share].append(item)
+        loads[share] += durations[item.nodeid]
     taken = {id(item) for item in slow}
     rest = iter([item for item in items if id(item) not in taken])
     ordered: list[pytest.Item] = []
@@ -151,11 +133,8 @@ def slow_first(
     for share in range(workers):
         size = remaining // (workers - share)  # what xdist sends each idle process at the start
         remaining -= size
-        fill = max(0, size - len(heads[share]) - len(middles[share]))
         ordered += heads[share]
-        ordered += islice(rest, fill // 3)
-        ordered += middles[share]
-        ordered += islice(rest, fill - fill // 3)
+        ordered += islice(rest, max(0, size - len(heads[share])))
     return ordered + list(rest)
 
 
