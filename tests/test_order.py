@@ -1,0 +1,45 @@
+"""The order a parallel run starts tests in (tests/conftest.py's slow_first): the known slow
+tests start xdist's shares, the longest first and spread by their sum, and no test is lost or
+run twice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from tests.conftest import slow_first
+
+
+@dataclass(frozen=True)
+class Item:
+    nodeid: str
+
+
+def _shares(ordered: list[Any], workers: int) -> list[list[str]]:
+    """The contiguous shares xdist's worksteal scheduler hands out at the start."""
+    shares, start, remaining = [], 0, len(ordered)
+    for share in range(workers):
+        size = remaining // (workers - share)
+        remaining -= size
+        shares.append([item.nodeid for item in ordered[start : start + size]])
+        start += size
+    return shares
+
+
+def test_slow_tests_start_the_shares_spread_by_their_sum() -> None:
+    items = [Item(f"t{i}") for i in range(120)]
+    durations = {"t5": 90.0, "t50": 60.0, "t7": 30.0, "t8": 25.0, "t9": 9.0}
+    ordered = cast(list[Any], slow_first(cast(list[Any], items), 3, durations))
+    assert sorted(item.nodeid for item in ordered) == sorted(item.nodeid for item in items)
+    shares = _shares(ordered, 3)
+    # 90 | 60 | 30, then 25 to the lightest (30 → 55), then 9 to the lightest again (→ 64).
+    heads = [[nodeid for nodeid in share if nodeid in durations] for share in shares]
+    assert heads == [["t5"], ["t50"], ["t7", "t8", "t9"]]
+    for share, head in zip(shares, heads, strict=True):
+        assert share[: len(head)] == head  # at the start of the share
+    assert all(len(share) == 40 for share in shares)
+
+
+def test_without_durations_the_order_is_the_collected_one() -> None:
+    items = [Item(f"t{i}") for i in range(10)]
+    assert slow_first(cast(list[Any], items), 4, {}) == items
