@@ -32,6 +32,7 @@ CPU meanwhile: other sessions on a shared machine, and the detached runs' own pr
 leave the emulator's process tree (setsid) and so are not in its figure.
 
     scripts/bench/commands.py [--workers 64,256,1024] [--quick] [--repeat 3] [--json FILE]
+        [--skip upload,...]
         [--profile DIR]
 
 --profile DIR also runs `ssh -- true`, `ssh --format json -- true`, `ssh --detach -- sleep 1`,
@@ -218,8 +219,16 @@ def raise_fd_limit() -> int:
 class SizeBench:
     """One QR of `workers` workers, and the timed commands against it."""
 
-    def __init__(self, emulator: EmulatorProcess, workers: int, work: Path, repeat: int) -> None:
+    def __init__(
+        self,
+        emulator: EmulatorProcess,
+        workers: int,
+        work: Path,
+        repeat: int,
+        skip: frozenset[str] = frozenset(),
+    ) -> None:
         self.emulator = emulator
+        self.skip = skip
         self.workers = workers
         self.slices = workers // WORKERS_PER_SLICE
         self.work = work
@@ -257,6 +266,8 @@ class SizeBench:
         return True
 
     def measure(self, key: str, label: str, argv: list[str], check: Any = None) -> None:
+        if key in self.skip:
+            return
         row = self.rows.setdefault(key, Row(key, label))
         print(f"  {self.workers:5} {label}", file=sys.stderr, flush=True)
         code, out, err, sample = timed(argv, self.env, self.work, self.pid)
@@ -517,7 +528,16 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every command (3)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--profile", type=Path, help="profile ssh and ps at the largest size")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help=f"commands not to time, comma-separated (of {','.join(ORDER)}; upload is 2 min "
+        "a round at 1,024 workers)",
+    )
     args = parser.parse_args()
+    skip = frozenset(filter(None, args.skip.split(",")))
+    if skip - set(ORDER):
+        parser.error(f"--skip: no command {', '.join(sorted(skip - set(ORDER)))}")
     sizes = [64] if args.quick else [int(s) for s in args.workers.split(",")]
     repeat = 1 if args.quick and args.repeat == 3 else args.repeat
     for size in sizes:
@@ -558,7 +578,7 @@ def main() -> int:
             profiles: list[str] = []
             for size in sizes:
                 load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-                bench = SizeBench(emulator, size, work, repeat)
+                bench = SizeBench(emulator, size, work, repeat, skip)
                 try:
                     profiles += bench.run(args.profile if size == max(sizes) else None)
                 finally:
