@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tpuctl.cloud.client import load_credentials, make_tpu_client
+from tpuctl.cloud.credentials import load_credentials, make_tpu_client
 
 
 def service_account_key(tmp_path: Path) -> Path:

@@ -63,7 +63,7 @@ def is_spec_path(argument: str) -> bool:
 def resolve_location_for(
     project: str | None, zone: str | None, spec: Spec | None, parsed: tuple[str, str] | None = None
 ) -> Location:
-    from tpuctl.cloud.client import default_project
+    from tpuctl.cloud.credentials import default_project
     from tpuctl.cloud.resolve import resolve_location
 
     project_flag, zone_flag = project, zone

@@ -19,10 +19,10 @@ from typing import Any, Literal
 from tpuctl.cloud.client import (
     CallBudget,
     api_errors,
-    load_credentials,
     make_retry,
     retry_seconds,
 )
+from tpuctl.cloud.credentials import load_credentials
 from tpuctl.cloud.resolve import EMULATOR_ENV, Location, active_gcloud_config, is_emulator
 from tpuctl.errors import AuthError, TpuctlError
 

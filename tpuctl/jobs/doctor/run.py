@@ -9,7 +9,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from tpuctl.cloud.client import TpuApi, load_credentials
+from tpuctl.cloud.client import TpuApi
+from tpuctl.cloud.credentials import load_credentials
 from tpuctl.cloud.resolve import Location, is_emulator
 from tpuctl.envelope import Result
 from tpuctl.errors import ExitCode, TpuctlError
