@@ -1,13 +1,13 @@
-"""The order a parallel run starts tests in (tests/conftest.py's slow_first): the known slow
-tests start xdist's shares, the longest first and spread by their sum, and no test is lost or
-run twice."""
+"""The order a parallel run starts tests in (tests/order.py's slow_first, which
+tests/conftest.py applies): the known slow tests start xdist's shares, the longest first and
+spread by their sum, and no test is lost or run twice."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, cast
 
-from tests.conftest import slow_first
+from tests.order import slow_first
 
 
 @dataclass(frozen=True)
