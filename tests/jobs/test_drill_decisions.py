@@ -94,6 +94,24 @@ def test_a_checkpoint_completed_after_the_resume_is_not_one_it_could_have_used()
     assert (late.ok, late.recomputed_steps, late.allowed_steps) == (True, 17, 17)
 
 
+def test_a_resume_past_the_log_s_last_step_raises_the_step_at_the_event() -> None:
+    """A preemption while the worker read lags: its log showed step 19, yet step 20's checkpoint
+    was complete and the job resumed from it. The job had reached step 20: nothing was lost,
+    and the report says the step at the event is a lower bound."""
+    stale = verdict(
+        drill="preempt",
+        autocheckpoint=True,
+        old_log="step 18/100\nstep 19/100\n",
+        new_log="resumed from step 20\nstep 21/100\n",
+        before={10},
+        after={10, 20},
+    )
+    assert (stale.step_at_event, stale.step_at_event_exact) == (20, False)
+    assert stale.last_checkpoint_before_event == 20 and stale.resumed_from == 20
+    assert (stale.ok, stale.recomputed_steps, stale.allowed_steps) == (True, 0, 0)
+    assert any("after the last step the log showed (19)" in note for note in stale.notes)
+
+
 def test_no_step_lines_at_all_is_no_verdict_but_a_failure() -> None:
     blind = verdict(old_log="", new_log="", before=set(), after=set())
     assert not blind.ok and "could not tell" in blind.verdict

@@ -90,10 +90,20 @@ def judge(
             "the event is the last one seen before the trigger, a lower bound"
         )
     report.resumed_from = new.resume_point
+    resumed = report.resumed_from
+    if resumed is not None and report.step_at_event is not None and resumed > report.step_at_event:
+        # The job resumed from a checkpoint past the last step its log showed: that checkpoint
+        # was complete, so the job had reached it; the log seen was behind (its last lines
+        # never reached the disk, or a worker other than the one read was ahead).
+        report.notes.append(
+            f"resumed from step {resumed}, after the last step the log showed "
+            f"({report.step_at_event}): the step at the event is at least {resumed}"
+        )
+        report.step_at_event = resumed
+        report.step_at_event_exact = False
     # A checkpoint complete only after the event counts if the new process could have used
     # it: one past where it resumed was completed later (a job resumes from its latest
     # complete checkpoint), e.g. by a replaced slice that came up late and saved its part.
-    resumed = report.resumed_from
     known = before_steps | {s for s in after_steps if resumed is None or s <= resumed}
     if report.resumed_from is not None and report.resumed_from > 0:
         known.add(report.resumed_from)
@@ -104,11 +114,7 @@ def judge(
         earlier = [step for step in known if step <= event]
         report.last_checkpoint_before_event = max(earlier) if earlier else None
     if event is not None and report.resumed_from is not None:
-        report.recomputed_steps = max(0, event - report.resumed_from)
-        if report.resumed_from > event:
-            report.notes.append(
-                f"resumed from step {report.resumed_from}, after the step seen at the event"
-            )
+        report.recomputed_steps = event - report.resumed_from
     expects_zero = report.drill == "maintenance" and report.autocheckpoint
     if expects_zero:
         report.allowed_steps = 0
