@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -94,12 +95,14 @@ def test_both_entry_points_collect_garbage_less_often_from_the_start(
     tmp_path: Path, command: list[str]
 ) -> None:
     """`python -m tpuctl` and the console script (tpuctl.cli.main:main) raise the youngest
-    generation's threshold before the command's imports (tpuctl.cli.main.fewer_collections);
-    a sitecustomize module prints the threshold the process ends with."""
+    generation's threshold before the command's imports (tpuctl.cli.main.fewer_collections),
+    and freeze what the command made before it exits (no_last_collection); a sitecustomize
+    module prints the threshold and the frozen count the process ends with."""
     probe = tmp_path / "sitecustomize.py"
     probe.write_text(
         "import atexit, gc, sys\n"
-        "atexit.register(lambda: sys.stderr.write(f'THRESHOLD {gc.get_threshold()[0]}\\n'))\n"
+        "atexit.register(lambda: sys.stderr.write(\n"
+        "    f'THRESHOLD {gc.get_threshold()[0]} FROZEN {gc.get_freeze_count()}\\n'))\n"
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith("TPUCTL_")}
     environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])])
@@ -112,4 +115,5 @@ def test_both_entry_points_collect_garbage_less_often_from_the_start(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "THRESHOLD 10000" in done.stderr
+    threshold, frozen = re.findall(r"THRESHOLD (\d+) FROZEN (\d+)", done.stderr)[0]
+    assert threshold == "10000" and int(frozen) > 10_000  # the imports' objects, at least

@@ -268,11 +268,25 @@ def fewer_collections() -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
+def no_last_collection() -> None:
+    """Leave every object the command made out of the garbage collection the interpreter runs
+    as it exits. That pass walks all of them, most of them what the imports made, and took
+    about 80 ms of CPU at the end of an `up` (0.44 s against 0.36 s for its imports alone
+    with and without it), a sixth of a short command. It would free nothing the process
+    needs: the OS takes the memory back, and tpuctl closes its files and connections where it
+    uses them, never in a finalizer. Exit handlers still run."""
+    import gc
+
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and map every outcome to a documented exit code."""
     fewer_collections()
     args = list(sys.argv[1:] if argv is None else argv)
-    sys.exit(run(args))
+    code = run(args)
+    no_last_collection()
+    sys.exit(code)
 
 
 def run(args: list[str]) -> int:
