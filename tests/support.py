@@ -113,14 +113,27 @@ def python_with_default_sigint(*args: str) -> list[str]:
     return [sys.executable, "-c", _RESET_AND_EXEC, *args]
 
 
+# The longest pause between two polls of a wait that has lasted over a second. A state that
+# lasts less than that can pass unseen: wait for the emulator's event of it instead
+# (EmulatorProcess.admin.wait_for_event).
+LONG_WAIT_INTERVAL = 0.2
+
+
 def wait_for(
     predicate: Callable[[], T], timeout: float = 20.0, what: str = "it", interval: float = 0.05
 ) -> T:
-    """Poll until `predicate` returns something true, and return that; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Poll until `predicate` returns something true, and return that; fail after `timeout`.
+    Every `interval` for the first second, then less often, up to every LONG_WAIT_INTERVAL:
+    the suite's long waits (a run through a preemption) poll a journal or an emulator, and at
+    20 a second those polls took more CPU than the waits' own work."""
+    start = time.monotonic()
+    deadline = start + timeout
+    pause = interval
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(interval)
+        time.sleep(pause)
+        if time.monotonic() - start > 1.0:
+            pause = min(max(interval, LONG_WAIT_INTERVAL), pause * 1.5)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
