@@ -1,5 +1,6 @@
-"""The order a parallel run starts tests in: the known slow ones first (tests/conftest.py
-applies it after collection). No side effects on import, so tests/test_order.py can import it."""
+"""The order a parallel run starts tests in: the known slow ones spread over each share
+(tests/conftest.py applies it after collection). No side effects on import, so
+tests/test_order.py can import it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ import pytest
 
 # Wall seconds of the slowest tests in a parallel run (`scripts/slowest-tests --durations`
 # rewrites it). xdist's work stealing gives each process a contiguous share of the collected
-# order: the known slow tests go at the head of the shares, spread by their sum, so none of
-# them starts last and holds up the run's end.
+# order. The known slow tests go to the shares by their sum; each share starts with its
+# longest, so none of them starts last and holds up the run's end. They mostly wait on their
+# emulators: the share's others come between them, so a process is not in one slow test after
+# another while the cores idle (all of them first left both cores about a third idle for the
+# run's first two minutes, and all of it busy in the last one).
 DURATIONS = Path(__file__).with_name("durations.json")
+# The part of each share the slow tests are spread over: its rest is left to be stolen.
+SPREAD = 0.8
 
 
 def load_durations(path: Path) -> dict[str, float]:
@@ -24,10 +30,11 @@ def load_durations(path: Path) -> dict[str, float]:
 
 
 def slow_first(
-    items: list[pytest.Item], workers: int, durations: dict[str, float]
+    items: list[pytest.Item], workers: int, durations: dict[str, float], spread: float = SPREAD
 ) -> list[pytest.Item]:
     """`items` reordered so each of the `workers` contiguous shares (as xdist's worksteal
-    scheduler cuts them) starts with its part of the known slow tests, longest first."""
+    scheduler cuts them) starts with its longest known slow test, and its other slow tests
+    come between runs of the rest over the first `spread` of the share."""
     slow = sorted((i for i in items if i.nodeid in durations), key=lambda i: -durations[i.nodeid])
     if not slow:
         return items
@@ -44,6 +51,13 @@ def slow_first(
     for share in range(workers):
         size = remaining // (workers - share)  # what xdist sends each idle process at the start
         remaining -= size
-        ordered += heads[share]
-        ordered += islice(rest, max(0, size - len(heads[share])))
+        others = max(0, size - len(heads[share]))
+        # The slow tests mostly wait on their emulators: runs of the rest between them keep
+        # both cores busy, and the end of the share (what idle processes steal) has none.
+        gap = int(others * spread) // max(1, len(heads[share]))
+        for slow_item in heads[share]:
+            ordered.append(slow_item)
+            ordered += islice(rest, gap)
+            others -= gap
+        ordered += islice(rest, others)
     return ordered + list(rest)

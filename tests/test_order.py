@@ -1,6 +1,7 @@
 """The order a parallel run starts tests in (tests/order.py's slow_first, which
-tests/conftest.py applies): the known slow tests start xdist's shares, the longest first and
-spread by their sum, and no test is lost or run twice."""
+tests/conftest.py applies): the known slow tests go to xdist's shares by their sum, each share
+starts with its longest and has the others spread over its first part, and no test is lost or
+run twice."""
 
 from __future__ import annotations
 
@@ -26,18 +27,25 @@ def _shares(ordered: list[Any], workers: int) -> list[list[str]]:
     return shares
 
 
-def test_slow_tests_start_the_shares_spread_by_their_sum() -> None:
+def test_slow_tests_start_the_shares_and_are_spread_over_their_first_part() -> None:
     items = [Item(f"t{i}") for i in range(120)]
     durations = {"t5": 90.0, "t50": 60.0, "t7": 30.0, "t8": 25.0, "t9": 9.0}
-    ordered = cast(list[Any], slow_first(cast(list[Any], items), 3, durations))
+    ordered = cast(list[Any], slow_first(cast(list[Any], items), 3, durations, spread=0.5))
     assert sorted(item.nodeid for item in ordered) == sorted(item.nodeid for item in items)
     shares = _shares(ordered, 3)
+    assert all(len(share) == 40 for share in shares)
     # 90 | 60 | 30, then 25 to the lightest (30 → 55), then 9 to the lightest again (→ 64).
     heads = [[nodeid for nodeid in share if nodeid in durations] for share in shares]
     assert heads == [["t5"], ["t50"], ["t7", "t8", "t9"]]
-    for share, head in zip(shares, heads, strict=True):
-        assert share[: len(head)] == head  # at the start of the share
-    assert all(len(share) == 40 for share in shares)
+    assert [share[0] for share in shares] == ["t5", "t50", "t7"]  # each starts with its longest
+    # The third share's 37 others: half of them (18) between its three slow tests, 6 after
+    # each, then the other 19, which idle processes may steal, with no slow test among them.
+    third = shares[2]
+    assert [third.index(nodeid) for nodeid in heads[2]] == [0, 7, 14]
+    assert not set(third[21:]) & set(durations)
+    # The rest keep their collected order.
+    others = [nodeid for nodeid in third if nodeid not in durations]
+    assert others == sorted(others, key=lambda nodeid: int(nodeid[1:]))
 
 
 def test_without_durations_the_order_is_the_collected_one() -> None:
