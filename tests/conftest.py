@@ -89,9 +89,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A test process has made millions of objects by its end, and the interpreter's last
-    garbage collection walked them for seconds as it exited: twelve at once held the end of a
-    parallel run for about 6 s of wall time. Freeze them as tpuctl itself does."""
+    """By its end a test process holds everything its tests imported and made, and the
+    interpreter's last garbage collection walked all of it as the process exited (py-spy
+    found them there): twelve at once held the end of a parallel run for about 6 s. Freeze
+    it, as tpuctl's commands do."""
     no_last_collection()
 
 
