@@ -33,6 +33,15 @@ job:
   command: python3 train.py
 """
 
+# tpuctl's entry point without its last step (tpuctl.cli.main.no_last_collection): what a
+# command costs when the interpreter's garbage collection at exit walks all it made.
+WITH_EXIT_COLLECTION = (
+    "import sys\n"
+    "from tpuctl.cli.main import fewer_collections, run\n"
+    "fewer_collections()\n"
+    "sys.exit(run(sys.argv[1:]))\n"
+)
+
 # Imports nothing itself; reports which heavy modules the tpuctl call pulled in.
 PROBE = """
 import json, sys
@@ -121,6 +130,11 @@ def main() -> int:
             Case("tpuctl --help", [*tpuctl, "--help"], []),
             Case("tpuctl render", [*tpuctl, *render_args], []),
             Case("tpuctl validate", [*tpuctl, "validate", str(spec)], []),
+            Case(
+                "tpuctl render, exit collection kept",
+                [python, "-c", WITH_EXIT_COLLECTION, *render_args],
+                [],
+            ),
         ]
         for case in cases:  # warm the page cache and bytecode; not counted
             time_once(case.argv)
@@ -149,6 +163,11 @@ def main() -> int:
         shown = ", ".join(heavy) if heavy else "none of " + ", ".join(HEAVY_MODULES)
         print(f"{name} imported: {shown}")
 
+    kept = cases[4].median()
+    print(
+        f"\nthe exit collection: render {cases[2].median() * 1000:.0f} ms without it, "
+        f"{kept * 1000:.0f} ms with it ({kept / cases[2].median():.2f}×)"
+    )
     help_ratio = cases[1].median() / baseline
     render_median = cases[2].median()
     missed = []
