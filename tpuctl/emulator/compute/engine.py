@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tpuctl.emulator.compute import groups, instances
+from tpuctl.emulator.compute import disruptions, groups, instance_resource, instances
 from tpuctl.emulator.compute.catalog import GENERATIONS
 from tpuctl.emulator.compute.errors import (
     ComputeApiError,
@@ -21,7 +21,8 @@ from tpuctl.emulator.compute.errors import (
     not_found,
     not_ready,
 )
-from tpuctl.emulator.compute.instances import ComputePlane, Context, instance_json
+from tpuctl.emulator.compute.instance_resource import instance_json
+from tpuctl.emulator.compute.instances import ComputePlane, Context
 from tpuctl.emulator.compute.links import check_name, link
 from tpuctl.emulator.compute.store import (
     GroupRecord,
@@ -73,7 +74,7 @@ class ComputeEngine:
             replay = store.replay(project, request_id)
             if replay is not None:
                 return replay.to_json()
-            instance = instances.plan_instance(store, project, zone, body)
+            instance = instance_resource.plan_instance(store, project, zone, body)
             if instance.key in store.instances:
                 raise already_exists(instance.link)
             store.instances[instance.key] = instance
@@ -202,7 +203,7 @@ class ComputeEngine:
             instance = store.instance(project, zone, name)
             if body.get("fingerprint") != instance.metadata_fingerprint:
                 raise fingerprint_mismatch()
-            items = instances._metadata_items({"metadata": body}, "metadata")
+            items = instance_resource._metadata_items({"metadata": body}, "metadata")
             # The platform's keys stay the platform's: what a client sends for them is dropped.
             instance.items = {k: v for k, v in items.items() if k not in instance.platform}
             instance.metadata_version += 1
@@ -225,7 +226,7 @@ class ComputeEngine:
             if instance.status != "RUNNING":
                 raise not_ready(instance.link)
             operation = self._operation(instance, "simulateMaintenanceEvent", request_id)
-            instances.begin_maintenance(self.ctx, instance, "simulated")
+            disruptions.begin_maintenance(self.ctx, instance, "simulated")
             store.finish(operation)
             return operation.to_json()
 
@@ -638,9 +639,9 @@ class ComputeEngine:
         with self.store.lock:
             doomed = self.resolve_targets(target)
             for instance in doomed:  # all of them can be preempted, or none is
-                instances.check_preemptible(instance)
+                disruptions.check_preemptible(instance)
             for instance in doomed:
-                instances.preempt(self.ctx, instance)
+                disruptions.preempt(self.ctx, instance)
             return {"preempted": [instance.link for instance in doomed]}
 
     def maintenance(self, target: str, after: float) -> dict[str, Any]:
@@ -654,10 +655,10 @@ class ComputeEngine:
                             "resourceNotReady",
                             f"'{instance.link}' is {instance.status}, not RUNNING",
                         )
-                    instances.begin_maintenance(self.ctx, instance, "admin")
+                    disruptions.begin_maintenance(self.ctx, instance, "admin")
                 now = self.store.clock.wall()
                 return {"maintenance": [i.link for i in chosen], "at": rfc3339(now)}
-            at = [instances.announce_maintenance(self.ctx, i, after) for i in chosen]
+            at = [disruptions.announce_maintenance(self.ctx, i, after) for i in chosen]
             return {"maintenance": [i.link for i in chosen], "at": rfc3339(at[0])}
 
     def set_capacity(self, changes: dict[str, int], zone: str | None) -> dict[str, Any]:
@@ -696,7 +697,7 @@ class ComputeEngine:
         for instance in victims:
             if store.pools.free(generation, zone or instance.zone) >= 0:
                 break
-            instances.preempt(self.ctx, instance)
+            disruptions.preempt(self.ctx, instance)
             instances.release(store, instance)
 
     def capacity(self, zone: str | None) -> dict[str, Any]:

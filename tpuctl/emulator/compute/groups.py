@@ -23,11 +23,11 @@ from tpuctl.emulator.compute.errors import (
     in_use,
     invalid,
 )
+from tpuctl.emulator.compute.instance_resource import plan_instance
 from tpuctl.emulator.compute.instances import (
     Context,
     bring_up,
     forget,
-    plan_instance,
     set_status,
     terminate,
 )
