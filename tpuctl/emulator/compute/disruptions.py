@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 from tpuctl.emulator.compute.errors import ComputeApiError
 from tpuctl.emulator.compute.instances import (
     Context,
-    _pause,
     bring_up,
     notify_groups,
+    pause,
     push_state,
     release,
     set_status,
@@ -133,7 +133,7 @@ def _maintenance(ctx: Context, instance: InstanceRecord, epoch: int) -> None:
                 return
             set_status(store, instance, "TERMINATED")
         notify_groups(ctx, instance)
-        if not _pause(store, store.config.delays.reboot, lambda: store.alive(instance, epoch)):
+        if not pause(store, store.config.delays.reboot, lambda: store.alive(instance, epoch)):
             return
         with store.lock:
             restart = bool(instance.body["scheduling"].get("automaticRestart"))

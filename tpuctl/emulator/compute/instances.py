@@ -179,7 +179,7 @@ def bring_up(
     delays = store.config.delays
     if not _step(store, instances, "PROVISIONING", alive):
         return False
-    if not _pause(store, delays.creating, alive):
+    if not pause(store, delays.creating, alive):
         return False
     started = store.clock.monotonic()
     if not _step(store, instances, "STAGING", alive):
@@ -189,7 +189,7 @@ def bring_up(
         if not _describe_slice(ctx, instances, alive, extra):
             return False
         rest = store.clock.scaled(delays.provisioning) - (store.clock.monotonic() - started)
-        if not _pause(store, rest, alive, real=True):
+        if not pause(store, rest, alive, real=True):
             return False
         for instance in instances:
             with store.lock:
@@ -251,7 +251,9 @@ def _describe_slice(
     return True
 
 
-def _pause(store: Store, seconds: float, alive: Callable[[], bool], *, real: bool = False) -> bool:
+def pause(store: Store, seconds: float, alive: Callable[[], bool], *, real: bool = False) -> bool:
+    """Wait `seconds` of emulated time (real seconds with `real`) under the store's condition;
+    False as soon as the store closes or `alive()` turns false, True once the time is up."""
     wait = seconds if real else store.clock.scaled(seconds)
     end = store.clock.monotonic() + wait
     with store.cond:
@@ -346,7 +348,7 @@ def terminate(
         if delete:
             if present:
                 ctx.plane.delete_node(instance.plane_key)
-            _pause(store, store.config.delays.deleting, lambda: True)
+            pause(store, store.config.delays.deleting, lambda: True)
         with store.lock:
             if delete:
                 instance.in_plane = False
