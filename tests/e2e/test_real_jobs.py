@@ -72,7 +72,11 @@ def test_an_autocheckpoint_exit_0_is_a_disruption_not_the_end(
     # No step lines: the drill read progress from the committed checkpoints instead.
     assert report["progress_from"] == "checkpoints"
     saved = report["step_at_event"]
-    assert isinstance(saved, int) and saved % 25 != 0  # saved on the SIGTERM, off the period
+    # The state at the event was committed: usually off the period, by the save on the
+    # SIGTERM. One event in 25 lands during a step that ends on the period: that step's
+    # periodic save then holds it (the save on the SIGTERM finds it committed). That the
+    # trainer saves on the SIGTERM is seen in its log in test_drills.py's maintenance test.
+    assert isinstance(saved, int) and 0 < saved < job.steps
     assert report["resumed_from"] == saved and report["recomputed_steps"] == 0
     code, log = job.wait_up(timeout=180)
     assert code == 0, log
