@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.fake_gcs import fake_gcs, gcs_bucket  # noqa: F401  (fixtures for every folder)
 from tests.harness import Project, project_in
-from tests.order import DURATIONS, load_durations, slow_first
+from tests.order import DURATIONS, load_durations, spread_slow_tests
 from tests.support import AMBIENT, OFFLINE
 from tpuctl.cli.main import fewer_collections, no_last_collection
 
@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.emulator)
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers > 1:
-        items[:] = slow_first(items, workers, load_durations(DURATIONS))
+        items[:] = spread_slow_tests(items, workers, load_durations(DURATIONS))
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,7 @@ def load_durations(path: Path) -> dict[str, float]:
         return {}
 
 
-def slow_first(
+def spread_slow_tests(
     items: list[pytest.Item], workers: int, durations: dict[str, float], spread: float = SPREAD
 ) -> list[pytest.Item]:
     """`items` reordered so each of the `workers` contiguous shares (as xdist's worksteal

@@ -1,4 +1,4 @@
-"""The order a parallel run starts tests in (tests/order.py's slow_first, which
+"""The order a parallel run starts tests in (tests/order.py's spread_slow_tests, which
 tests/conftest.py applies): the known slow tests go to xdist's shares by their sum, each share
 starts with its longest and has the others spread over its first part, and no test is lost or
 run twice."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from tests.order import slow_first
+from tests.order import spread_slow_tests
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def _shares(ordered: list[Any], workers: int) -> list[list[str]]:
 def test_slow_tests_start_the_shares_and_are_spread_over_their_first_part() -> None:
     items = [Item(f"t{i}") for i in range(120)]
     durations = {"t5": 90.0, "t50": 60.0, "t7": 30.0, "t8": 25.0, "t9": 9.0}
-    ordered = cast(list[Any], slow_first(cast(list[Any], items), 3, durations, spread=0.5))
+    ordered = cast(list[Any], spread_slow_tests(cast(list[Any], items), 3, durations, spread=0.5))
     assert sorted(item.nodeid for item in ordered) == sorted(item.nodeid for item in items)
     shares = _shares(ordered, 3)
     assert all(len(share) == 40 for share in shares)
@@ -50,4 +50,4 @@ def test_slow_tests_start_the_shares_and_are_spread_over_their_first_part() -> N
 
 def test_without_durations_the_order_is_the_collected_one() -> None:
     items = [Item(f"t{i}") for i in range(10)]
-    assert slow_first(cast(list[Any], items), 4, {}) == items
+    assert spread_slow_tests(cast(list[Any], items), 4, {}) == items
