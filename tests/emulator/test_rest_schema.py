@@ -13,7 +13,7 @@ from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.protobuf.descriptor import Descriptor
 
 from tests.emulator.discovery import document, methods
-from tpuctl.emulator.api import rest, rest_json
+from tpuctl.emulator.api import rest, rest_call, rest_json
 from tpuctl.emulator.control.clock import Clock
 from tpuctl.emulator.control.events import EventLog
 from tpuctl.emulator.control.status import ApiError
@@ -114,7 +114,7 @@ def _api() -> rest.TpuRestApi:
         cloud=None,  # type: ignore[arg-type]  # routing never calls it
         check=lambda method, request: None,
         events=EventLog(Clock()),
-        requests=rest.RequestLog(),
+        requests=rest_call.RequestLog(),
     )
 
 

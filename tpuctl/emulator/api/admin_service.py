@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from tpuctl.emulator.api.rest import RequestLog
+from tpuctl.emulator.api.rest_call import RequestLog
 from tpuctl.emulator.api.service import ApiFaults
 from tpuctl.emulator.control.catalog import UNCHANGED
 from tpuctl.emulator.control.config import parse_duration

@@ -2,22 +2,20 @@
 over the same control plane as the gRPC API: a queued resource made here is seen there, and the
 reverse. Announced as CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU (`http://127.0.0.1:PORT/`).
 
-Long-running operations, errors (`{"error": {code, message, status}}` with the HTTP code of the
-gRPC status), paging, `updateMask` and the `fields` system parameter as the API takes them;
-request and response bodies in rest_json.py. Every request that changes something is kept, with
-its JSON body, in a RequestLog the admin service reads (`RestRequests`).
+TpuRestApi routes a request to its handler, which calls the control plane; TpuRestServer serves
+it over HTTP/1.1. Long-running operations, paging, `updateMask` and the `fields` system parameter
+as the API takes them; the call's parts (the parsed request, the answer's JSON, Google's error
+body, the RequestLog the admin service reads) in rest_call.py, the messages' JSON in rest_json.py.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -27,10 +25,22 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import grpc
 from google.cloud.tpu_v2alpha1.types import cloud_tpu
 from google.longrunning import operations_pb2
-from google.protobuf import field_mask_pb2, json_format
-from google.protobuf.message import Message
+from google.protobuf import field_mask_pb2
 
 from tpuctl.emulator.api import rest_json
+from tpuctl.emulator.api.rest_call import (
+    Call,
+    Method,
+    RequestLog,
+    check_query,
+    error_json,
+    listing_json,
+    message_json,
+    no_such_url,
+    operation_json,
+    request_body,
+    unimplemented,
+)
 from tpuctl.emulator.control.clock import rfc3339
 from tpuctl.emulator.control.events import EventLog
 from tpuctl.emulator.control.records import Extras
@@ -40,112 +50,8 @@ from tpuctl.emulator.control.status import ApiError, invalid
 log = logging.getLogger("tpuctl.emulator")
 
 LISTEN_HOST = "127.0.0.1"
-REQUEST_LOG_SIZE = 2000
 MAX_BODY_BYTES = 8 * 1024 * 1024
-# google.rpc.Code → HTTP status, as Google's API front ends map them.
-HTTP_STATUS = {
-    grpc.StatusCode.CANCELLED: 499,
-    grpc.StatusCode.UNKNOWN: 500,
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.FAILED_PRECONDITION: 400,
-    grpc.StatusCode.ABORTED: 409,
-    grpc.StatusCode.OUT_OF_RANGE: 400,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.INTERNAL: 500,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DATA_LOSS: 500,
-}
-# Query parameters every method takes (the discovery documents' "parameters").
-SYSTEM_PARAMETERS = frozenset(
-    {
-        "$.xgafv",
-        "access_token",
-        "alt",
-        "callback",
-        "fields",
-        "key",
-        "oauth_token",
-        "prettyPrint",
-        "quotaUser",
-        "uploadType",
-        "upload_protocol",
-    }
-)
 _PATH = re.compile(r"^/(v2alpha1|v2)/(projects/[^:]+?)(?::([A-Za-z]+))?$")
-_EMPTY = "type.googleapis.com/google.protobuf.Empty"
-
-
-@dataclass
-class Call:
-    """One request, parsed: `name` is the resource (or parent) the path names."""
-
-    version: str
-    http_method: str
-    name: str
-    query: dict[str, str]
-    body: Any
-    path: str
-
-    def integer(self, key: str) -> int:
-        text = self.query.get(key, "")
-        if not text:
-            return 0
-        if not re.fullmatch(r"-?\d+", text):
-            raise invalid(f"Invalid value at '{_snake(key)}' (TYPE_INT32), \"{text}\"")
-        return int(text)
-
-    def boolean(self, key: str) -> bool:
-        text = self.query.get(key, "false").lower()
-        if text not in ("true", "false", "1", "0"):
-            raise invalid(f"Invalid value at '{_snake(key)}' (TYPE_BOOL), \"{text}\"")
-        return text in ("true", "1")
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"([A-Z])", r"_\1", name).lower()
-
-
-Handler = Callable[[Call], Any]
-
-
-@dataclass(frozen=True)
-class Method:
-    """A REST method: its handler, its discovery id, its own query parameters, and the gRPC
-    method name under which the injected API faults count it."""
-
-    handler: Handler
-    api: str
-    params: frozenset[str] = frozenset()
-    rpc: str = ""
-    mutates: bool = False
-    creates: str = ""  # the query parameter naming the resource a create makes
-    alpha_only: bool = False  # v2 has no such method
-
-
-@dataclass
-class RequestLog:
-    """The last requests that change something (POST, PATCH, DELETE), bodies included."""
-
-    limit: int = REQUEST_LOG_SIZE
-    _entries: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def record(self, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self._entries.append(entry)
-            while len(self._entries) > self.limit:
-                self._entries.popleft()
-
-    def find(self, resource: str | None = None) -> list[dict[str, Any]]:
-        """Oldest first; with `resource`, the requests on that resource name only."""
-        with self._lock:
-            return [e for e in self._entries if resource is None or e["resource"] == resource]
 
 
 class TpuRestApi:
@@ -179,16 +85,18 @@ class TpuRestApi:
         status, answer = 200, {}
         try:
             call, method = self._route(http_method, path, query, body)
-            self._check_query(call, method)
+            check_query(call, method)
             self._check(method.rpc, SimpleNamespace(parent=call.name, name=call.name))
             answer = method.handler(call)
             if query.get("fields"):
                 answer = rest_json.select(answer, rest_json.parse_fields(query["fields"]))
         except ApiError as error:
-            status, answer = _error(error)
+            status, answer = error_json(error)
         except Exception as error:
             log.exception("REST %s %s failed", http_method, path)
-            status, answer = _error(ApiError(grpc.StatusCode.INTERNAL, f"emulator error: {error}"))
+            status, answer = error_json(
+                ApiError(grpc.StatusCode.INTERNAL, f"emulator error: {error}")
+            )
         if call is not None and method is not None and method.mutates:
             self._record(call, method, status)
         return status, answer, pretty
@@ -198,7 +106,7 @@ class TpuRestApi:
     ) -> tuple[Call, Method]:
         match = _PATH.match(path)
         if match is None:
-            raise _no_such_url(path)
+            raise no_such_url(path)
         version, name, verb = match.group(1), match.group(2).rstrip("/"), match.group(3) or ""
         parts = name.split("/")
         if len(parts) == 3 and parts[2] == "locations":
@@ -212,10 +120,10 @@ class TpuRestApi:
         elif len(parts) == 6 and parts[2] == "locations":
             key = ("item", parts[4], verb, http_method)
         else:
-            raise _no_such_url(path)
+            raise no_such_url(path)
         method = self._routes.get(key)
         if method is None or (version == "v2" and method.alpha_only):
-            raise _no_such_url(path)
+            raise no_such_url(path)
         body: Any = None
         if http_method in ("POST", "PATCH"):
             try:
@@ -223,18 +131,6 @@ class TpuRestApi:
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise invalid(f"Invalid JSON payload received. {error}") from None
         return Call(version, http_method, name, query, body, path), method
-
-    @staticmethod
-    def _check_query(call: Call, method: Method) -> None:
-        for key in call.query:
-            if key not in SYSTEM_PARAMETERS and key not in method.params:
-                raise invalid(
-                    f'Invalid JSON payload received. Unknown name "{key}": Cannot bind query '
-                    f"parameter. Field '{key}' could not be found in request message."
-                )
-        alt = call.query.get("alt", "json")
-        if alt != "json":
-            raise invalid(f"The emulator answers alt=json only, not alt={alt}")
 
     def _record(self, call: Call, method: Method, status: int) -> None:
         resource = call.name
@@ -275,7 +171,7 @@ class TpuRestApi:
                 self.get_location, "tpu.projects.locations.get", rpc="GetLocation"
             ),
             ("location", "generateServiceIdentity", "POST"): Method(
-                _unimplemented, "tpu.projects.locations.generateServiceIdentity"
+                unimplemented, "tpu.projects.locations.generateServiceIdentity"
             ),
             # queued resources
             ("collection", "queuedResources", "", "GET"): Method(
@@ -303,17 +199,17 @@ class TpuRestApi:
                 self.reset_queued_resource, f"{qr}.reset", rpc="ResetQueuedResource", mutates=True
             ),
             ("item", "queuedResources", "getMaintenanceInfo", "GET"): Method(
-                _unimplemented, f"{qr}.getMaintenanceInfo", alpha_only=True
+                unimplemented, f"{qr}.getMaintenanceInfo", alpha_only=True
             ),
             ("item", "queuedResources", "performMaintenanceQueuedResource", "POST"): Method(
-                _unimplemented, f"{qr}.performMaintenanceQueuedResource", alpha_only=True
+                unimplemented, f"{qr}.performMaintenanceQueuedResource", alpha_only=True
             ),
             # nodes
             ("collection", "nodes", "", "GET"): Method(
                 self.list_nodes, f"{nodes}.list", paging, "ListNodes"
             ),
             ("collection", "nodes", "", "POST"): Method(
-                _unimplemented, f"{nodes}.create", frozenset({"nodeId", "requestId"})
+                unimplemented, f"{nodes}.create", frozenset({"nodeId", "requestId"})
             ),
             ("item", "nodes", "", "GET"): Method(self.get_node, f"{nodes}.get", rpc="GetNode"),
             ("item", "nodes", "", "DELETE"): Method(
@@ -347,7 +243,7 @@ class TpuRestApi:
                 self.stop_node, f"{nodes}.stop", rpc="StopNode", mutates=True
             ),
             ("item", "nodes", "performMaintenance", "POST"): Method(
-                _unimplemented, f"{nodes}.performMaintenance", alpha_only=True
+                unimplemented, f"{nodes}.performMaintenance", alpha_only=True
             ),
             # operations
             ("collection", "operations", "", "GET"): Method(
@@ -412,13 +308,13 @@ class TpuRestApi:
 
     def get_queued_resource(self, call: Call) -> dict[str, Any]:
         message, extras = self._cloud.queued_resource_document(call.name)
-        return _render(message, extras, call.version)
+        return message_json(message, extras, call.version)
 
     def list_queued_resources(self, call: Call) -> dict[str, Any]:
         page, token = self._cloud.list_queued_resource_documents(
             call.name, call.integer("pageSize"), call.query.get("pageToken", "")
         )
-        return _listing("queuedResources", page, token, call.version)
+        return listing_json("queuedResources", page, token, call.version)
 
     def delete_queued_resource(self, call: Call) -> dict[str, Any]:
         operation = self._cloud.delete_queued_resource(
@@ -427,19 +323,19 @@ class TpuRestApi:
         return self._operation(operation, call.version)
 
     def reset_queued_resource(self, call: Call) -> dict[str, Any]:
-        _body(call, cloud_tpu.ResetQueuedResourceRequest)
+        request_body(call, cloud_tpu.ResetQueuedResourceRequest)
         return self._operation(self._cloud.reset_queued_resource(call.name), call.version)
 
     # ----------------------------------------------------------------------- nodes
     def get_node(self, call: Call) -> dict[str, Any]:
         message, extras = self._cloud.node_document(call.name)
-        return _render(message, extras, call.version)
+        return message_json(message, extras, call.version)
 
     def list_nodes(self, call: Call) -> dict[str, Any]:
         page, token = self._cloud.list_node_documents(
             call.name, call.integer("pageSize"), call.query.get("pageToken", "")
         )
-        return _listing("nodes", page, token, call.version)
+        return listing_json("nodes", page, token, call.version)
 
     def delete_node(self, call: Call) -> dict[str, Any]:
         operation = self._cloud.delete_node(call.name, call.query.get("requestId", ""))
@@ -459,23 +355,23 @@ class TpuRestApi:
         return self._operation(self._cloud.update_node(request), call.version)
 
     def get_guest_attributes(self, call: Call) -> dict[str, Any]:
-        request = _body(call, cloud_tpu.GetGuestAttributesRequest)
+        request = request_body(call, cloud_tpu.GetGuestAttributesRequest)
         response = self._cloud.get_guest_attributes(
             call.name, request.query_path, list(request.worker_ids)
         )
-        return _render(cloud_tpu.GetGuestAttributesResponse.pb(response), {}, call.version)
+        return message_json(cloud_tpu.GetGuestAttributesResponse.pb(response), {}, call.version)
 
     def simulate_maintenance_event(self, call: Call) -> dict[str, Any]:
-        request = _body(call, cloud_tpu.SimulateMaintenanceEventRequest)
+        request = request_body(call, cloud_tpu.SimulateMaintenanceEventRequest)
         operation = self._cloud.simulate_maintenance_event(call.name, list(request.worker_ids))
         return self._operation(operation, call.version)
 
     def start_node(self, call: Call) -> dict[str, Any]:
-        _body(call, cloud_tpu.StartNodeRequest)
+        request_body(call, cloud_tpu.StartNodeRequest)
         return self._operation(self._cloud.start_node(call.name), call.version)
 
     def stop_node(self, call: Call) -> dict[str, Any]:
-        _body(call, cloud_tpu.StopNodeRequest)
+        request_body(call, cloud_tpu.StopNodeRequest)
         return self._operation(self._cloud.stop_node(call.name), call.version)
 
     # ------------------------------------------------------------------- operations
@@ -519,10 +415,10 @@ class TpuRestApi:
             call.integer("pageSize"),
             call.query.get("pageToken", ""),
         )
-        return _render(response, {}, call.version)
+        return message_json(response, {}, call.version)
 
     def get_location(self, call: Call) -> dict[str, Any]:
-        return _render(self._cloud.get_location(call.name), {}, call.version)
+        return message_json(self._cloud.get_location(call.name), {}, call.version)
 
     def list_accelerator_types(self, call: Call) -> dict[str, Any]:
         response = self._cloud.list_accelerator_types(
@@ -531,11 +427,11 @@ class TpuRestApi:
             call.integer("pageSize"),
             call.query.get("pageToken", ""),
         )
-        return _render(cloud_tpu.ListAcceleratorTypesResponse.pb(response), {}, call.version)
+        return message_json(cloud_tpu.ListAcceleratorTypesResponse.pb(response), {}, call.version)
 
     def get_accelerator_type(self, call: Call) -> dict[str, Any]:
         response = self._cloud.get_accelerator_type(call.name)
-        return _render(cloud_tpu.AcceleratorType.pb(response), {}, call.version)
+        return message_json(cloud_tpu.AcceleratorType.pb(response), {}, call.version)
 
     def list_runtime_versions(self, call: Call) -> dict[str, Any]:
         response = self._cloud.list_runtime_versions(
@@ -544,103 +440,17 @@ class TpuRestApi:
             call.integer("pageSize"),
             call.query.get("pageToken", ""),
         )
-        return _render(cloud_tpu.ListRuntimeVersionsResponse.pb(response), {}, call.version)
+        return message_json(cloud_tpu.ListRuntimeVersionsResponse.pb(response), {}, call.version)
 
     def get_runtime_version(self, call: Call) -> dict[str, Any]:
         response = self._cloud.get_runtime_version(call.name)
-        return _render(cloud_tpu.RuntimeVersion.pb(response), {}, call.version)
+        return message_json(cloud_tpu.RuntimeVersion.pb(response), {}, call.version)
 
     def list_reservations(self, call: Call) -> dict[str, Any]:
         response = self._cloud.list_reservations(
             call.name, call.integer("pageSize"), call.query.get("pageToken", "")
         )
-        return _render(cloud_tpu.ListReservationsResponse.pb(response), {}, call.version)
-
-
-# ------------------------------------------------------------------------------ helpers
-def _unimplemented(call: Call) -> dict[str, Any]:
-    raise ApiError(
-        grpc.StatusCode.UNIMPLEMENTED,
-        f"{call.http_method} {call.path} is not implemented by the emulator",
-    )
-
-
-def _no_such_url(path: str) -> ApiError:
-    return ApiError(
-        grpc.StatusCode.NOT_FOUND, f"The requested URL {path} was not found on this server."
-    )
-
-
-def _body(call: Call, kind: Any) -> Any:
-    """A custom method's request body (its `name` is the path's)."""
-    message = kind.pb()()
-    rest_json.parse_request(dict(call.body or {}), message, call.version, "")
-    return kind.wrap(message)
-
-
-def _render(message: Any, extras: Extras, version: str) -> dict[str, Any]:
-    pb = message if isinstance(message, Message) else type(message).pb(message)
-    return rest_json.render(pb, extras, version)
-
-
-def _listing(key: str, page: list[tuple[Any, Extras]], token: str, version: str) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    if page:
-        result[key] = [_render(message, extras, version) for message, extras in page]
-    if token:
-        result["nextPageToken"] = token
-    return result
-
-
-_RESPONSE_TYPES: dict[str, Any] = {
-    "google.cloud.tpu.v2alpha1.QueuedResource": cloud_tpu.QueuedResource,
-    "google.cloud.tpu.v2alpha1.Node": cloud_tpu.Node,
-}
-
-
-def operation_json(
-    operation: operations_pb2.Operation, extras: Mapping[str, Any], version: str
-) -> dict[str, Any]:
-    """A long-running operation as the REST API answers it: `{name, metadata{@type, …}, done,
-    response{@type, …}}` or `error{code, message}`, the types of `version`."""
-    result: dict[str, Any] = {"name": operation.name}
-    if operation.HasField("metadata"):
-        metadata = cloud_tpu.OperationMetadata.pb()()
-        operation.metadata.Unpack(metadata)
-        fields = json_format.MessageToDict(metadata)
-        fields["apiVersion"] = version
-        result["metadata"] = {"@type": rest_json.type_url(version, "OperationMetadata"), **fields}
-    if operation.done:
-        result["done"] = True
-    if operation.HasField("error"):
-        result["error"] = json_format.MessageToDict(operation.error)
-    elif operation.HasField("response"):
-        full_name = operation.response.TypeName()
-        kind = _RESPONSE_TYPES.get(full_name)
-        if kind is None:
-            result["response"] = {"@type": _EMPTY}
-        else:
-            message = kind.pb()()
-            operation.response.Unpack(message)
-            short = full_name.rsplit(".", 1)[1]
-            rendered = rest_json.render(message, dict(extras), version)
-            result["response"] = {"@type": rest_json.type_url(version, short), **rendered}
-    return result
-
-
-def _error(error: ApiError) -> tuple[int, dict[str, Any]]:
-    """Google's JSON error: `{"error": {"code": HTTP, "message", "status", "details"?}}`."""
-    status = HTTP_STATUS.get(error.code, 500)
-    body: dict[str, Any] = {"code": status, "message": error.message, "status": error.code.name}
-    violation = getattr(error, "field_violation", None)
-    if violation is not None:
-        body["details"] = [
-            {
-                "@type": "type.googleapis.com/google.rpc.BadRequest",
-                "fieldViolations": [{"field": violation, "description": error.message}],
-            }
-        ]
-    return status, {"error": body}
+        return message_json(cloud_tpu.ListReservationsResponse.pb(response), {}, call.version)
 
 
 # ------------------------------------------------------------------------------ server

@@ -16,7 +16,8 @@ from tpuctl.emulator.api.admin_service import AdminServicer
 from tpuctl.emulator.api.compute import ComputeServer
 from tpuctl.emulator.api.compute_admin import ComputeAdminServicer
 from tpuctl.emulator.api.oslogin_service import OsLoginServicer
-from tpuctl.emulator.api.rest import RequestLog, TpuRestApi, TpuRestServer
+from tpuctl.emulator.api.rest import TpuRestApi, TpuRestServer
+from tpuctl.emulator.api.rest_call import RequestLog
 from tpuctl.emulator.api.service import ApiFaults, TpuServicer
 from tpuctl.emulator.control.clock import Clock
 from tpuctl.emulator.control.config import EmulatorConfig
