@@ -138,3 +138,17 @@ def wait_for(
         if time.monotonic() - start > 1.0:
             pause = min(max(interval, LONG_WAIT_INTERVAL), pause * 1.5)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def wait_for_bytes(path: Path, timeout: float = 20.0, what: str = "it") -> bytes:
+    """Wait until the file at `path` has something in it, and return its bytes. Waiting for it
+    to exist is not enough: a shell's `>` or Python's open() creates it empty, and the write
+    comes after (a test read such a file in between, and found nothing)."""
+
+    def read() -> bytes:
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    return wait_for(read, timeout, what)

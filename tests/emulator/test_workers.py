@@ -29,6 +29,7 @@ from tests.emulator.workers_helpers import (
     run,
     wait_for,
 )
+from tests.support import wait_for_bytes
 from tpuctl.emulator.vms import vm
 from tpuctl.emulator.vms.workers import NodeIdentity, WorkerInfo, WorkerPlane
 from tpuctl.errors import NotFoundError
@@ -421,8 +422,7 @@ exit 3
 
 def _wait_exit(root: Path, boot: int) -> str:
     path = root / f"var/log/startup-script/boot-{boot}.exit"
-    wait_for(path.exists, 10, f"{path}")
-    return path.read_text().strip()
+    return wait_for_bytes(path, 10, f"{path}").decode().strip()
 
 
 def test_startup_script_runs_at_every_boot(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.fanout.helpers import pid_alive
 from tests.harness import QR, Project, by_label
-from tests.support import wait_for
+from tests.support import wait_for, wait_for_bytes
 
 SPAWNS_A_CHILD = "sleep 300 & echo $! > child.pid; echo started $TPUCTL_EMULATED_WORKER; wait"
 
@@ -18,8 +18,10 @@ def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Project, qr: QR) ->
     assert set(pids) == set(qr.labels()) and all(pids.values())
     homes = {f"{s}/{w}": qr.home(s, w) for s in range(2) for w in range(qr.workers_per_node)}
     run_dir = {label: home / ".tpuctl" / "runs" / run_id for label, home in homes.items()}
-    wait_for(lambda: all((home / "child.pid").exists() for home in homes.values()), 10, "children")
-    children = {label: int((home / "child.pid").read_text()) for label, home in homes.items()}
+    children = {
+        label: int(wait_for_bytes(home / "child.pid", 10, f"{label}'s child"))
+        for label, home in homes.items()
+    }
     assert all(pid_alive(pid) for pid in [*pids.values(), *children.values()])
     assert (run_dir["0/0"] / "command").read_text() == SPAWNS_A_CHILD + "\n"
 

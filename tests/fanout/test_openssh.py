@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.harness import Project, by_label
-from tests.support import wait_for
+from tests.support import wait_for, wait_for_bytes
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = [
@@ -130,8 +130,7 @@ def test_argv_bytes_that_are_not_utf8_reach_the_worker_as_they_are(
     assert detached.exit_code == 0, detached.stderr
     for name in ("table.bin", "json.bin"):
         assert (home / name).read_bytes() == ODD
-    wait_for((home / "detached.bin").exists, 20, "the detached run")
-    assert (home / "detached.bin").read_bytes() == ODD
+    assert wait_for_bytes(home / "detached.bin", 20, "the detached run") == ODD
 
 
 @pytest.mark.timeout(120)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import wait_for
+from tests.support import wait_for, wait_for_bytes
 from tpuctl.errors import SpecError
 from tpuctl.render.startup import render_startup_script
 from tpuctl.worker import CODE_READY_MARKER, LOG_ROOT, STATE_ROOT
@@ -240,8 +240,9 @@ def test_sigterm_is_forwarded_and_the_trainer_gets_its_grace(
     trainer_pid = int(status["pid"])
     _reap_trainers.append(trainer_pid)
     ids = worker.root / "home/tpuctl/ids"
-    wait_for(ids.exists, 10, "the trainer to start")
-    pid, group, session = (int(word) for word in ids.read_text().split())
+    pid, group, session = (
+        int(word) for word in wait_for_bytes(ids, 10, "the trainer to start").split()
+    )
     # Its own session and process group, so the whole group can be signalled.
     assert pid == group == session == trainer_pid
     os.kill(supervisor_pid(result), signal.SIGTERM)

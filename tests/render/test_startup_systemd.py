@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.render.conftest import install_python_tools
-from tests.support import wait_for
+from tests.support import wait_for_bytes
 from tpuctl.render.startup import render_startup_script
 from tpuctl.worker import AUTOCHECKPOINT_GRACE_SECONDS, NOFILE_LIMIT
 
@@ -95,8 +95,7 @@ def test_on_systemd_the_trainer_is_a_transient_unit_stopped_with_the_grace(
     assert result.returncode == 0, result.stderr
     status = worker.wait_for_state("running")
     unit = "tpuctl-demo-boot1"
-    wait_for((systemd / f"{unit}.pid").exists, 10, "the unit's main process")
-    main_pid = int((systemd / f"{unit}.pid").read_text())
+    main_pid = int(wait_for_bytes(systemd / f"{unit}.pid", 10, "the unit's main process"))
     assert int(status["pid"]) == main_pid  # the unit's main pid, read back from systemctl
 
     [run] = [json.loads(line) for line in (systemd / "runs.jsonl").read_text().splitlines()]
@@ -119,8 +118,7 @@ def test_on_systemd_the_trainer_is_a_transient_unit_stopped_with_the_grace(
     assert command[0] == "env" and command[-3:-1] == ["bash", "-lc"]  # a login environment
     assert "TPUCTL_RUN_NAME=demo" in command and "HF_TOKEN=s3cret" in command
     home = worker.root / "home/tpuctl"
-    wait_for((home / "env").exists, 10, "the trainer to start")
-    assert (home / "env").read_text() == f"demo {home}/job"
+    assert wait_for_bytes(home / "env", 10, "the trainer to start").decode() == f"demo {home}/job"
 
     # A graceful stop reaches the trainer through systemd, and its save is waited for.
     os.kill(_supervisor(result), signal.SIGTERM)
