@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from tpuctl.emulator.api.http_thread import serve_in_thread, stop_serving
 from tpuctl.emulator.compute.errors import ComputeApiError
 from tpuctl.emulator.vms.access import Access
 
@@ -328,19 +329,12 @@ class ComputeServer:
         self._server.daemon_threads = True
         port = self._server.server_address[1]
         self.endpoint = f"http://{LISTEN_HOST}:{port}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="compute",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(self._server, "compute")
 
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_serving(self._server, self._thread)
             self._server = None

@@ -28,6 +28,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import field_mask_pb2
 
 from tpuctl.emulator.api import rest_json
+from tpuctl.emulator.api.http_thread import serve_in_thread, stop_serving
 from tpuctl.emulator.api.rest_call import (
     Call,
     Method,
@@ -500,16 +501,9 @@ class TpuRestServer:
         server.daemon_threads = True
         self._server = server
         self.endpoint = f"http://{LISTEN_HOST}:{server.server_address[1]}/"
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.2},
-            name="tpu-rest",
-            daemon=True,
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, "tpu-rest")
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_serving(self._server, self._thread)
             self._server = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -191,20 +192,30 @@ def _real_identity() -> Callable[..., Any]:
 def serve_until_signalled(config: EmulatorConfig, announce: Callable[[Emulator], None]) -> None:
     """Run an emulator in the foreground until SIGINT or SIGTERM, then stop every worker
     process; `announce` is told once it is up (the lines to export)."""
+    import select
     import signal
-    import threading
 
-    stop = threading.Event()
+    stopping: list[int] = []
     previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+        sig: signal.signal(sig, lambda number, _frame: stopping.append(number))
+        for sig in (signal.SIGINT, signal.SIGTERM)
     }
+    # Whichever thread the kernel hands the signal to writes a byte here, so the main thread
+    # sleeps in select() until then instead of waking every half second to look.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    previous_wakeup = signal.set_wakeup_fd(wake_write)
     emulator = Emulator(config)
     try:
         emulator.start()
         announce(emulator)
-        while not stop.wait(0.5):
-            pass
+        while not stopping:
+            select.select([wake_read], [], [])
+            os.read(wake_read, 512)
     finally:
         emulator.close()
+        signal.set_wakeup_fd(previous_wakeup)
+        os.close(wake_read)
+        os.close(wake_write)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
