@@ -6,6 +6,7 @@ click or rich or calls sys.exit."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,17 @@ def _own_part(path: Path) -> str:
     return relative.parts[0].removesuffix(".py") if len(relative.parts) else "__init__"
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
+@functools.cache
+def syntax_tree(path: Path) -> ast.Module:
+    """The module at `path`, parsed once per test process (the tests here and in
+    test_import_cycles read each of the ~200 modules several times)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def imports(path: Path) -> tuple[tuple[int, str], ...]:
     """Every module `path` imports (absolute names), wherever the import statement is."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = syntax_tree(path)
     package = ".".join(("tpuctl", *path.relative_to(PACKAGE).parent.parts))
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
@@ -56,7 +65,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
                     for alias in node.names
                     if not alias.name.startswith("__")
                 ]
-    return found
+    return tuple(found)
 
 
 def allowed(importer: str, imported: str) -> bool:
@@ -93,7 +102,7 @@ def test_only_the_cli_imports_click_or_rich_or_exits(path: Path) -> None:
         return
     names = [name for _, name in imports(path)]
     assert not [n for n in names if n.split(".")[0] in CLI_ONLY], path
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = syntax_tree(path)
     exits = [
         node.lineno
         for node in ast.walk(tree)
