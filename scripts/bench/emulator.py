@@ -16,6 +16,11 @@ Times come from the emulator's event log (its own wall clock, in milliseconds) u
            the grace and the graceful-shutdown timeout (autocheckpoint only) plus the reboot
            delay, divided by --speed.
            Target: never early, at most 1 s late.
+  idle     the emulator at rest (no queued resource, this process's channel open) for
+           IDLE_SECONDS, its CPU from /proc schedstat, beside a bare gRPC server with one
+           channel open measured over the same seconds: what gRPC costs at rest whoever
+           serves (its server loop wakes 5 times a second). Target: ≤ 1.75× the bare server
+           (an idle emulator sits beside every test process, the whole run long).
   follow   `tpuctl emulator events --follow`: an admin call → its line on the follower's
            stdout (this process's monotonic clock), against the 10 s long-poll a missed
            wake-up would cost. Target: ≤ 1 s.
@@ -54,6 +59,8 @@ SCALE_TARGET = 60.0
 WINDOW_LATE = 0.5
 GRACE_LATE = 1.0
 FOLLOW_TARGET = 1.0
+IDLE_SECONDS = 20.0
+IDLE_TARGET = 1.75  # × a bare gRPC server at rest (2.3–2.5× before it slept)
 RESOLUTION = 0.002  # event timestamps are whole milliseconds: "early" by less is rounding
 
 # Started by the startup script: holds the TPU like a program and ignores SIGTERM, so a stop
@@ -236,6 +243,66 @@ class Bench:
         return latencies
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of `pid`, by "name tid"."""
+    seconds = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            nanoseconds = int((task / "schedstat").read_text().split()[0])
+        except OSError:
+            continue  # a thread that ended meanwhile
+        seconds[f"{name} {task.name}"] = nanoseconds / 1e9
+    return seconds
+
+
+BARE_GRPC_SERVER = """
+import sys, time
+from concurrent import futures
+import grpc
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+sys.stdin.read()
+"""
+
+
+def process_cpu(pid: int) -> float:
+    return sum(thread_cpu(pid).values())
+
+
+def idle(emulator: EmulatorProcess) -> tuple[float, float, dict[str, float]]:
+    """The emulator's and a bare gRPC server's shares of a core at rest, over the same
+    IDLE_SECONDS, and the emulator's by thread."""
+    import grpc
+
+    assert emulator.process is not None
+    bare = subprocess.Popen(
+        [sys.executable, "-c", BARE_GRPC_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bare.stdout is not None
+        port = int(bare.stdout.readline())
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        grpc.channel_ready_future(channel).result(timeout=30)
+        time.sleep(2.0)  # past the start-ups' own work
+        before = thread_cpu(emulator.process.pid), process_cpu(bare.pid)
+        time.sleep(IDLE_SECONDS)
+        after = thread_cpu(emulator.process.pid), process_cpu(bare.pid)
+        channel.close()
+    finally:
+        bare.kill()
+        bare.wait()
+    threads = {
+        name: (after[0][name] - before[0].get(name, 0.0)) / IDLE_SECONDS for name in after[0]
+    }
+    return sum(threads.values()), (after[1] - before[1]) / IDLE_SECONDS, threads
+
+
 def verdict(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
@@ -254,6 +321,7 @@ def main() -> int:
             Path(tmp) / "state", "--speed", f"{speed:g}", "--grace", f"{GRACE:g}s"
         ) as emulator,
     ):
+        rest = idle(emulator)
         bench = Bench(emulator)
         emulator.admin.capacity({"v2": 0})  # valid_until needs a pool that stays empty
         print(f"emulator {emulator.host} at speed {speed:g}, grace {GRACE:g} s emulated")
@@ -266,6 +334,17 @@ def main() -> int:
         follow = bench.follow(repeat)
 
     ok = True
+    share, bare_share, threads = rest
+    ratio = share / bare_share
+    ok &= ratio <= IDLE_TARGET
+    print(
+        f"\nAt rest for {IDLE_SECONDS:g} s: the emulator {share * 100:.3f}% of a core, a bare "
+        f"gRPC server {bare_share * 100:.3f}%: {ratio:.2f}× (target ≤ {IDLE_TARGET:g}×): "
+        f"{verdict(ratio <= IDLE_TARGET)}"
+    )
+    for name, value in sorted(threads.items(), key=lambda item: -item[1])[:4]:
+        print(f"  {name:<24} {value * 1000:6.3f} ms per second")
+
     print(f"\nScale: CREATING → ACTIVE, median of {repeat}")
     per_worker = {}
     for slices, values in scale.items():
