@@ -10,8 +10,7 @@ from typing import Any
 
 from tpuctl.cloud.resolve import EMULATOR_ENV, gcloud_config_dir, is_emulator
 from tpuctl.errors import AuthError
-
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+from tpuctl.spec.model import CLOUD_PLATFORM_SCOPE
 
 
 def load_credentials(

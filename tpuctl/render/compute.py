@@ -17,13 +17,13 @@ from typing import Any
 
 from tpuctl import topology
 from tpuctl.render.request import node_labels, node_metadata
-from tpuctl.spec.model import Spec
+from tpuctl.spec.model import CLOUD_PLATFORM_SCOPE, Spec
 
 # A bare `tpu.runtime` is an image family of this project (TPU-optimised Ubuntu images).
 IMAGE_PROJECT = "ubuntu-os-accelerator-images"
 GUEST_ATTRIBUTES_KEY = "enable-guest-attributes"
 # The OAuth scope a TPU VM's service account gets when the spec names none (as Cloud TPU's).
-DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+DEFAULT_SCOPES = (CLOUD_PLATFORM_SCOPE,)
 # How long a stop or delete waits for the job's own shutdown (Scheduling.gracefulShutdown):
 # the five minutes Cloud TPU's Autocheckpoint gives a save before maintenance.
 GRACEFUL_SHUTDOWN = timedelta(minutes=5)

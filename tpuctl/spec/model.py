@@ -32,6 +32,9 @@ APIS: tuple[Api, ...] = ("tpu", "compute")
 # Multislice: how the service places the slices (MultiNodeParams.workload_type).
 WorkloadType = Literal["throughput-optimized", "availability-optimized"]
 WORKLOAD_TYPES: tuple[WorkloadType, ...] = ("throughput-optimized", "availability-optimized")
+# The OAuth scope of all Google Cloud APIs: what a TPU VM's service account gets when
+# `tpu.scopes` names none (as Cloud TPU gives it), and what tpuctl's own credentials ask for.
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DiskMode = Literal["read-write", "read-only"]
 DISK_MODES: tuple[DiskMode, ...] = ("read-write", "read-only")
 

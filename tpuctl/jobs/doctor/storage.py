@@ -128,7 +128,7 @@ def _acting_as(credentials: Any, account: str | None) -> Any:
     answers for whoever calls it)."""
     from google.auth import impersonated_credentials
 
-    from tpuctl.cloud.credentials import CLOUD_PLATFORM_SCOPE
+    from tpuctl.spec.model import CLOUD_PLATFORM_SCOPE
 
     return impersonated_credentials.Credentials(  # type: ignore[no-untyped-call]
         source_credentials=credentials,

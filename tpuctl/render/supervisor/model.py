@@ -23,7 +23,6 @@ STEP_DEADLINE_SECONDS = 60
 IN_PROGRESS = int(ExitCode.IN_PROGRESS)
 DEFAULT_IMAGE = "docker.io/library/python:3.11-slim"
 DEFAULT_PACKAGE = f"tpuctl=={__version__}"
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # Where the step finds the spec: Kubernetes mounts it from a ConfigMap, a Cloud Run task writes
 # it from a variable (into /tmp: an image may run as any user), a workflow that does not check
 # the repository out writes it into its workspace.

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpuctl.render.supervisor.model import (
-    CLOUD_PLATFORM_SCOPE,
     CLOUD_RUN_SPEC,
     CONTAINER_SPEC_DIR,
     DEFAULT_PACKAGE,
@@ -23,6 +22,7 @@ from tpuctl.render.supervisor.model import (
     SupervisorOptions,
     say_interval,
 )
+from tpuctl.spec.model import CLOUD_PLATFORM_SCOPE
 
 # Seconds a container may spend on `pip install` before the step.
 PIP_SECONDS = 180
