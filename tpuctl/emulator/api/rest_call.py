@@ -79,18 +79,16 @@ class Call:
         if not text:
             return 0
         if not re.fullmatch(r"-?\d+", text):
-            raise invalid(f"Invalid value at '{_snake(key)}' (TYPE_INT32), \"{text}\"")
+            field_name = rest_json.snake_case(key)
+            raise invalid(f"Invalid value at '{field_name}' (TYPE_INT32), \"{text}\"")
         return int(text)
 
     def boolean(self, key: str) -> bool:
         text = self.query.get(key, "false").lower()
         if text not in ("true", "false", "1", "0"):
-            raise invalid(f"Invalid value at '{_snake(key)}' (TYPE_BOOL), \"{text}\"")
+            field_name = rest_json.snake_case(key)
+            raise invalid(f"Invalid value at '{field_name}' (TYPE_BOOL), \"{text}\"")
         return text in ("true", "1")
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"([A-Z])", r"_\1", name).lower()
 
 
 Handler = Callable[[Call], Any]

@@ -150,7 +150,7 @@ def _split(
         rest_type = REST_ONLY.get(schema, {}).get(camel)
         if rest_type is None:
             raise unknown_field(key, where)
-        checked = _check(rest_type, value, f"{where}.{_snake(camel)}", version)
+        checked = _check(rest_type, value, f"{where}.{snake_case(camel)}", version)
         if camel not in OUTPUT_ONLY.get(schema, frozenset()) and checked not in ({}, None):
             extras[camel] = checked
     return known, extras
@@ -206,7 +206,7 @@ def _check(kind: FieldType, value: Any, where: str, version: str) -> Any:
             if item_type is None:
                 raise unknown_field(key, where)
             if camel not in OUTPUT_ONLY.get(detail, frozenset()):
-                result[camel] = _check(item_type, item, f"{where}.{_snake(camel)}", version)
+                result[camel] = _check(item_type, item, f"{where}.{snake_case(camel)}", version)
         return result
     patterns = {"int64": _INT64, "google-duration": _DURATION, "google-datetime": _DATETIME}
     if kind == "int64" and isinstance(value, int) and not isinstance(value, bool):
@@ -229,7 +229,8 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """A JSON (camelCase) field name as the API's errors spell it: pageSize → page_size."""
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
