@@ -21,7 +21,7 @@ IMAGE_EXAMPLE = "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
 
 
 class Section(Protocol):
-    """A checked section of the spec (tpuctl.spec.build.Values): absent keys read as defaults."""
+    """A checked section of the spec (tpuctl.spec.sections.Values): absent keys read as defaults."""
 
     def __getitem__(self, name: str) -> Any: ...
 

@@ -14,12 +14,14 @@ from types import MappingProxyType
 from typing import Any, TextIO
 
 from tpuctl.errors import SourceLocation, SpecError
-from tpuctl.spec.build import Builder, Values, resolve_local
+from tpuctl.spec.build import Builder
+from tpuctl.spec.build_job import resolve_local
 from tpuctl.spec.check import Checker, describe_value
 from tpuctl.spec.durations import parse_duration, parse_time_bound
 from tpuctl.spec.model import Spec
 from tpuctl.spec.overrides import apply_override
 from tpuctl.spec.schema import json_schema, reference_markdown
+from tpuctl.spec.sections import Values
 from tpuctl.spec.yamlsource import MAX_SPEC_CHARS, compose_document, spec_too_large
 
 __all__ = [
