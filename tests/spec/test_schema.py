@@ -16,7 +16,8 @@ from jsonschema import Draft202012Validator
 from tpuctl.clock import MAX_DURATION_SECONDS, format_duration
 from tpuctl.errors import SpecError
 from tpuctl.spec import model
-from tpuctl.spec.fields import SPEC_FIELDS, Field, walk_fields
+from tpuctl.spec.field import Field
+from tpuctl.spec.fields import SPEC_FIELDS, walk_fields
 from tpuctl.spec.load import json_schema, load_spec_text, reference_markdown
 
 DATA = Path(__file__).parent / "data"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpuctl.errors import UsageError, quoted
-from tpuctl.spec.fields import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE
+from tpuctl.spec.field import PROJECT_PATTERN, PROJECT_RULE, ZONE_PATTERN, ZONE_RULE
 
 EMULATOR_ENV = "TPU_EMULATOR_HOST"
 # Google APIs' wildcard for "every location" in a resource name (`--all-zones`).

@@ -13,7 +13,8 @@ from typing import Any
 from tpuctl.clock import DURATION_HINT
 from tpuctl.errors import SpecError, SpecErrors, quoted
 from tpuctl.spec.durations import TIME_BOUND_HINT, parse_duration, parse_time_bound
-from tpuctl.spec.fields import ROOT, Field
+from tpuctl.spec.field import Field
+from tpuctl.spec.fields import ROOT
 from tpuctl.spec.yamlsource import Document, join_path, other_base_integer
 
 

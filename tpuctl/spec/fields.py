@@ -1,103 +1,31 @@
-"""The one declarative table of job spec keys; validation, JSON Schema and the docs all read it."""
+"""The one declarative table of job spec keys; validation, JSON Schema and the docs all read it.
+The `tpu` section's keys are tpuctl.spec.fields_tpu; what a key is, tpuctl.spec.field."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Literal
 
+from tpuctl.spec.field import (
+    GCE_NAME_PATTERN,
+    MAX_NAME_LENGTH,
+    POSIX_USER_PATTERN,
+    PROJECT_PATTERN,
+    PROJECT_RULE,
+    RESERVATION_PATTERN,
+    RESERVATION_RULE,
+    ZONE_PATTERN,
+    ZONE_RULE,
+    Field,
+)
+from tpuctl.spec.fields_tpu import TPU_FIELDS
 from tpuctl.spec.model import (
     API_VERSION,
-    APIS,
-    DISK_MODES,
     FRAMEWORKS,
     TIERS,
-    WORKLOAD_TYPES,
     ZONE_POLICIES,
 )
-from tpuctl.topology import MAX_SLICES, MESH_AXES
-from tpuctl.worker import ENV_NAME_PATTERN, RESERVED_LABELS, RUN_NAME_PATTERN
-
-# str: a string · int: an integer (never a bool) · bool · duration: "90s", "1h30m" or seconds
-# time_bound: a duration or an RFC 3339 time · str_list: list of strings
-# commands: one string or a list of strings (each a command) · command: one shell line, or a
-# list of strings (an argv) · str_map: mapping of strings (numbers are
-# stringified, bools are refused) · section: a nested mapping described by `children` ·
-# sections: a list of such mappings
-Kind = Literal[
-    "str",
-    "int",
-    "bool",
-    "duration",
-    "time_bound",
-    "str_list",
-    "commands",
-    "command",
-    "str_map",
-    "section",
-    "sections",
-]
-
-# GCE resource names (node ids, network tags): lowercase, start with a letter, no trailing dash.
-GCE_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-# Node ids are `<name>-<i>` with i < 256, so the name keeps room for the suffix under 63.
-MAX_NAME_LENGTH = 40
-LABEL_KEY_PATTERN = r"^[a-z][a-z0-9_-]{0,62}$"
-LABEL_VALUE_PATTERN = r"^[a-z0-9_-]{0,63}$"
-MAX_LABELS = 64
-POSIX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
-TOPOLOGY_PATTERN = r"^[0-9]+x[0-9]+(x[0-9]+)?$"
-# Google Cloud project ids: 6 to 30 characters, lowercase letters, digits and hyphens, starting
-# with a letter, not ending with a hyphen; older projects may carry a domain (example.com:id).
-_PROJECT_ID = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
-_DOMAIN = r"(?:[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}"
-PROJECT_PATTERN = rf"^(?:{_DOMAIN}:)?{_PROJECT_ID}$"
-PROJECT_RULE = (
-    "a project id: 6 to 30 lowercase letters, digits and hyphens, starting with a letter, "
-    "not ending with a hyphen, e.g. my-project; or the legacy form example.com:my-project"
-)
-# Compute zones: <region>-<letter>, the region a continent, a direction and a number.
-ZONE_PATTERN = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
-ZONE_RULE = "a zone name such as us-central2-b or europe-west4-a: a region, a hyphen, a letter"
-KMS_KEY_PATTERN = r"^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$"
-DISK_PATTERN = r"^([a-z]([-a-z0-9]*[a-z0-9])?|projects/[^/]+/zones/[^/]+/disks/[^/]+)$"
-RESERVATION_PATTERN = r"^([A-Za-z0-9-]+|projects/[^/]+/locations/[^/]+/reservations/[^/]+)$"
-RESERVATION_RULE = "a reservation name, or projects/P/locations/ZONE/reservations/NAME"
-
-
-@dataclass(frozen=True)
-class Field:
-    """One key of the spec: its type, constraints, default and the sentence that documents it."""
-
-    name: str
-    kind: Kind
-    doc: str
-    default: Any = None  # JSON-able documented default; None means "unset"
-    default_doc: str | None = None  # when the default is computed ("the spec's name")
-    required: bool = False
-    enum: tuple[str, ...] = ()
-    pattern: str | None = None  # str values / str_list items
-    rule: str | None = None  # the pattern in words, for messages
-    max_length: int | None = None
-    minimum: int | None = None
-    maximum: int | None = None
-    key_pattern: str | None = None  # str_map keys
-    key_rule: str | None = None  # the key_pattern in words, for messages
-    value_pattern: str | None = None  # str_map values
-    value_rule: str | None = None
-    max_items: int | None = None  # str_map entries
-    forbidden_keys: tuple[str, ...] = ()  # str_map keys owned by tpuctl
-    forbidden_hint: str | None = None
-    example: Any = None
-    children: tuple[Field, ...] = ()
-    # Sections with alternative forms: exactly one group of keys must be given, complete.
-    one_of: tuple[tuple[str, ...], ...] = ()
-
-    def child(self, name: str) -> Field | None:
-        for field in self.children:
-            if field.name == name:
-                return field
-        return None
+from tpuctl.topology import MESH_AXES
+from tpuctl.worker import ENV_NAME_PATTERN, RUN_NAME_PATTERN
 
 
 def _axes(layer: str, meaning: str) -> tuple[Field, ...]:
@@ -109,188 +37,6 @@ def _axes(layer: str, meaning: str) -> tuple[Field, ...]:
 
 _DURATION_DOC = "a duration (90s, 10m, 2h, 1d, 1h30m; a plain number is seconds)"
 _BOUND_DOC = _DURATION_DOC + " or an RFC 3339 time with a timezone"
-
-TPU_FIELDS = (
-    Field(
-        "api",
-        "str",
-        "Which API makes the slices: tpu (the Cloud TPU API's queued resources: v2 to v6e) "
-        "or compute (Compute Engine: a TPU VM is an instance, a multi-host slice a bulk "
-        "managed instance group; v5p, v6e and tpu7x, one slice). See docs/compute-engine.md.",
-        default="tpu",
-        enum=APIS,
-    ),
-    Field(
-        "accelerator",
-        "str",
-        "Accelerator type of one slice, e.g. v4-16, v5p-8, v5litepod-16, v6e-8, tpu7x-8 (the "
-        "number counts TensorCores for v2/v3/v4/v5p/tpu7x and chips for v5e/v6e). Give this, "
-        "or type + topology.",
-        example="v4-16",
-    ),
-    Field(
-        "type",
-        "str",
-        "TPU generation for the accelerator_config form, used with topology: v2, v3, v4, v5p, "
-        "v5litepod (v5e), v6e or (with api: compute) tpu7x.",
-        example="v5litepod",
-    ),
-    Field(
-        "topology",
-        "str",
-        "Chip topology of one slice for the accelerator_config form, e.g. 4x4 or 2x2x4.",
-        pattern=TOPOLOGY_PATTERN,
-        rule="dimensions joined by x, like 4x4 or 2x2x4",
-        example="4x4",
-    ),
-    Field(
-        "runtime",
-        "str",
-        "TPU VM runtime (software) version, e.g. tpu-ubuntu2204-base, v2-alpha-tpuv5-lite; "
-        "with api: compute the boot disk's image: an image family of "
-        "ubuntu-os-accelerator-images (e.g. ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e), or "
-        "projects/P/global/images/NAME (or …/images/family/FAMILY).",
-        required=True,
-        example="tpu-ubuntu2204-base",
-    ),
-    Field(
-        "slices",
-        "int",
-        f"Number of slices; more than 1 is Multislice (v4 and newer, at most {MAX_SLICES}).",
-        default=1,
-        minimum=1,
-        maximum=MAX_SLICES,
-    ),
-    Field("network", "str", "VPC network of the TPU VMs.", example="default"),
-    Field("subnetwork", "str", "Subnetwork of the TPU VMs.", example="my-subnet"),
-    Field("external_ips", "bool", "Give every TPU VM an external IP address.", default=True),
-    Field(
-        "tags",
-        "str_list",
-        "Network tags (firewall rules) of every TPU VM.",
-        default=[],
-        pattern=GCE_NAME_PATTERN,
-        rule="lowercase letters, digits and hyphens, starting with a letter, not ending with a "
-        "hyphen",
-        max_length=63,
-        example=["tpu-job"],
-    ),
-    Field(
-        "labels",
-        "str_map",
-        "Labels on every node: keys start with a lowercase letter, keys and values use "
-        f"[a-z0-9_-] and at most 63 characters, at most {MAX_LABELS} labels; "
-        f"{', '.join(RESERVED_LABELS)} are set by tpuctl.",
-        default={},
-        key_pattern=LABEL_KEY_PATTERN,
-        key_rule="start with a lowercase letter, then lowercase letters, digits, _ or -, "
-        "at most 63 characters",
-        value_pattern=LABEL_VALUE_PATTERN,
-        value_rule="lowercase letters, digits, _ or -, at most 63 characters",
-        max_items=MAX_LABELS,
-        forbidden_keys=RESERVED_LABELS,
-        forbidden_hint="tpuctl sets this label to recognise its own resources; choose another key",
-        example={"team": "ml"},
-    ),
-    Field(
-        "service_account",
-        "str",
-        "Service account email the TPU VMs run as.",
-        example="sa@my-project.iam.gserviceaccount.com",
-    ),
-    Field(
-        "scopes",
-        "str_list",
-        "OAuth scopes of the service account.",
-        default=[],
-        example=["https://www.googleapis.com/auth/cloud-platform"],
-    ),
-    Field(
-        "metadata",
-        "str_map",
-        "Extra node metadata. A startup-script here replaces tpuctl's (a warning says what "
-        "that gives up); to run steps of your own before the job, use job.boot_script.",
-        default={},
-        example={"my-key": "my-value"},
-    ),
-    Field("description", "str", "Free text description of the nodes."),
-    Field(
-        "boot_disk",
-        "section",
-        "The boot disk of every TPU VM (the API's bootDiskConfig). size_gb and image are "
-        "sent over the REST API (google-cloud-tpu lacks them, and gcloud has no flag for them).",
-        children=(
-            Field(
-                "size_gb",
-                "int",
-                "Boot disk size in GB (the service's default when not given).",
-                minimum=10,
-                maximum=65536,
-                example=200,
-            ),
-            Field(
-                "image",
-                "str",
-                "Boot disk image (projects/P/global/images/NAME); the runtime version's "
-                "when not given.",
-                example="projects/my-project/global/images/my-tpu-image",
-            ),
-            Field(
-                "kms_key",
-                "str",
-                "Cloud KMS key that encrypts the boot disk (customer-managed encryption).",
-                pattern=KMS_KEY_PATTERN,
-                rule="projects/P/locations/L/keyRings/R/cryptoKeys/K",
-                example="projects/my-project/locations/us-east5/keyRings/ring/cryptoKeys/key",
-            ),
-            Field(
-                "confidential_compute",
-                "bool",
-                "Create the boot disk in confidential-compute mode (Hyperdisk; needs kms_key).",
-                default=False,
-            ),
-        ),
-    ),
-    Field(
-        "data_disks",
-        "sections",
-        "Persistent disks attached to every TPU VM of every slice, in order (the API's "
-        "dataDisks). A disk attached read-write can serve one VM only.",
-        default=[],
-        children=(
-            Field(
-                "source",
-                "str",
-                "The disk: a name in the TPU's zone, or projects/P/zones/ZONE/disks/NAME.",
-                required=True,
-                pattern=DISK_PATTERN,
-                rule="a disk name (lowercase letters, digits and hyphens) or "
-                "projects/P/zones/ZONE/disks/NAME",
-                example="my-dataset",
-            ),
-            Field(
-                "mode",
-                "str",
-                "How it is attached: read-write or read-only.",
-                default_doc="read-write (the service's default: not sent)",
-                enum=DISK_MODES,
-            ),
-        ),
-    ),
-    Field(
-        "secure_boot",
-        "bool",
-        "Shielded VM secure boot on every TPU VM (shieldedInstanceConfig.enableSecureBoot).",
-        default=False,
-    ),
-    Field(
-        "workload_type",
-        "str",
-        "Multislice placement (slices > 1): throughput-optimized or availability-optimized "
-        "(multiNodeParams.workloadType); the service's default when not given.",
-        enum=WORKLOAD_TYPES,
-    ),
-)
 
 CAPACITY_FIELDS = (
     Field(

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from tpuctl.clock import DURATION_PATTERN
-from tpuctl.spec.fields import ROOT, Field, field_at, walk_fields
+from tpuctl.spec.field import Field
+from tpuctl.spec.fields import ROOT, field_at, walk_fields
 from tpuctl.spec.model import API_VERSION
 
 # --- JSON Schema ------------------------------------------------------------------------------
