@@ -123,7 +123,7 @@ class Bench:
         from google.cloud.tpu_v2alpha1.types import cloud_tpu
 
         state = self.client.get_queued_resource(name=name).state.state
-        return cloud_tpu.QueuedResourceState.State(state).name
+        return str(cloud_tpu.QueuedResourceState.State(state).name)
 
     def delete(self, name: str) -> None:
         from google.api_core import exceptions
