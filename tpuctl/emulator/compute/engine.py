@@ -194,7 +194,7 @@ class ComputeEngine(GroupMethods, AdminMethods):
             instance = store.instance(project, zone, name)
             if body.get("fingerprint") != instance.metadata_fingerprint:
                 raise fingerprint_mismatch()
-            items = instance_resource._metadata_items({"metadata": body}, "metadata")
+            items = instance_resource.metadata_items({"metadata": body}, "metadata")
             # The platform's keys stay the platform's: what a client sends for them is dropped.
             instance.items = {k: v for k, v in items.items() if k not in instance.platform}
             instance.metadata_version += 1

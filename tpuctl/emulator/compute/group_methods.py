@@ -45,11 +45,9 @@ class GroupMethods:
                 raise already_exists(template.link)
             store.templates[template.link] = template
             scope: Scope = ("regions", region) if region else ("global", "")
-            operation = store.start_operation(
+            return store.done_operation(
                 project, scope, "insert", template.link, template.id, request_id=request_id
             )
-            store.finish(operation)
-            return operation.to_json()
 
     def get_template(self, project: str, region: str | None, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -84,11 +82,9 @@ class GroupMethods:
             groups.check_unused(store, template.link, "template")
             del store.templates[template.link]
             scope: Scope = ("regions", region) if region else ("global", "")
-            operation = store.start_operation(
+            return store.done_operation(
                 project, scope, "delete", template.link, template.id, request_id=request_id
             )
-            store.finish(operation)
-            return operation.to_json()
 
     def _template(self, project: str, region: str | None, name: str) -> TemplateRecord:
         key = (
@@ -116,7 +112,7 @@ class GroupMethods:
             if policy.link in store.policies:
                 raise already_exists(policy.link)
             store.policies[policy.link] = policy
-            operation = store.start_operation(
+            return store.done_operation(
                 project,
                 ("regions", region),
                 "insert",
@@ -124,8 +120,6 @@ class GroupMethods:
                 policy.id,
                 request_id=request_id,
             )
-            store.finish(operation)
-            return operation.to_json()
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -156,7 +150,7 @@ class GroupMethods:
             policy = self._policy(project, region, name)
             groups.check_unused(store, policy.link, "policy")
             del store.policies[policy.link]
-            operation = store.start_operation(
+            return store.done_operation(
                 project,
                 ("regions", region),
                 "delete",
@@ -164,8 +158,6 @@ class GroupMethods:
                 policy.id,
                 request_id=request_id,
             )
-            store.finish(operation)
-            return operation.to_json()
 
     def _policy(self, project: str, region: str, name: str) -> PolicyRecord:
         key = link(project, "regions", region, "resourcePolicies", name)

@@ -106,7 +106,7 @@ def _reservation(body: dict[str, Any], model: str, prefix: str) -> None:
         )  # fmt: skip
 
 
-def _metadata_items(body: dict[str, Any], prefix: str) -> dict[str, str]:
+def metadata_items(body: dict[str, Any], prefix: str) -> dict[str, str]:
     items: dict[str, str] = {}
     for index, item in enumerate((body.get("metadata") or {}).get("items") or []):
         key = item.get("key")
@@ -197,7 +197,7 @@ def plan_instance(
         else None,
         termination_time=termination_time,
         wait_window=window,
-        items=_metadata_items(body, prefix),
+        items=metadata_items(body, prefix),
         external=any(nic.get("accessConfigs") for nic in nics),
     )
 

@@ -299,6 +299,24 @@ class Store:
             self._requests[(project, request_id)] = operation.link
         return operation
 
+    def done_operation(
+        self,
+        project: str,
+        scope: Scope,
+        operation_type: str,
+        target_link: str,
+        target_id: str,
+        *,
+        request_id: str = "",
+    ) -> dict[str, Any]:
+        """The JSON of an operation over as it starts: what a change made in one step under
+        the lock answers (a template's or a resource policy's insert and delete)."""
+        operation = self.start_operation(
+            project, scope, operation_type, target_link, target_id, request_id=request_id
+        )
+        self.finish(operation)
+        return operation.to_json()
+
     def finish(self, operation: OperationRecord, error: OperationError | None = None) -> None:
         """End `operation` (under the lock); one that ended keeps its first outcome."""
         if operation.status == "DONE":
