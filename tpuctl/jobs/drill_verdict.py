@@ -89,8 +89,7 @@ def judge(
             "the old boot's log was not readable after the event (a new disk): the step at "
             "the event is the last one seen before the trigger, a lower bound"
         )
-    report.resumed_from = new.resume_point
-    resumed = report.resumed_from
+    resumed = report.resumed_from = new.resume_point
     if resumed is not None and report.step_at_event is not None and resumed > report.step_at_event:
         # The job resumed from a checkpoint past the last step its log showed: that checkpoint
         # was complete, so the job had reached it; the log seen was behind (its last lines
@@ -105,16 +104,16 @@ def judge(
     # it: one past where it resumed was completed later (a job resumes from its latest
     # complete checkpoint), e.g. by a replaced slice that came up late and saved its part.
     known = before_steps | {s for s in after_steps if resumed is None or s <= resumed}
-    if report.resumed_from is not None and report.resumed_from > 0:
-        known.add(report.resumed_from)
+    if resumed is not None and resumed > 0:
+        known.add(resumed)
     event = report.step_at_event
     if event is not None:
         report.checkpoint_at_event = event in known
         report.new_checkpoint_at_event = event in after_steps and event not in before_steps
         earlier = [step for step in known if step <= event]
         report.last_checkpoint_before_event = max(earlier) if earlier else None
-    if event is not None and report.resumed_from is not None:
-        report.recomputed_steps = event - report.resumed_from
+    if event is not None and resumed is not None:
+        report.recomputed_steps = event - resumed
     expects_zero = report.drill == "maintenance" and report.autocheckpoint
     if expects_zero:
         report.allowed_steps = 0
