@@ -103,7 +103,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.emulator)
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
     if workers > 1:
-        items[:] = spread_slow_tests(items, workers, load_durations(DURATIONS))
+        items[:] = spread_slow_tests(
+            items,
+            workers,
+            load_durations(DURATIONS),
+            together=lambda item: item.get_closest_marker("compute_library") is not None,
+        )
 
 
 @pytest.fixture(autouse=True)

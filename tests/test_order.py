@@ -51,3 +51,36 @@ def test_slow_tests_start_the_shares_and_are_spread_over_their_first_part() -> N
 def test_without_durations_the_order_is_the_collected_one() -> None:
     items = [Item(f"t{i}") for i in range(10)]
     assert spread_slow_tests(cast(list[Any], items), 4, {}) == items
+
+
+@dataclass(frozen=True)
+class Marked:
+    nodeid: str
+    library: bool
+
+
+def test_the_tests_picked_together_go_to_the_first_shares_only_and_start_them() -> None:
+    items = [Marked(f"t{i}", library=i % 10 == 0) for i in range(120)]
+    durations = {"t0": 50.0, "t3": 40.0, "t20": 30.0, "t30": 20.0, "t4": 10.0}
+    ordered = cast(
+        list[Any],
+        spread_slow_tests(
+            cast(list[Any], items),
+            4,
+            durations,
+            together=lambda item: cast(Marked, item).library,
+            together_shares=2,
+        ),
+    )
+    assert sorted(item.nodeid for item in ordered) == sorted(item.nodeid for item in items)
+    shares = _shares(ordered, 4)
+    picked = {item.nodeid for item in items if item.library}
+    # Every picked test is in the first two shares. The nine fast ones go in turn (five and
+    # four, a load of about a second each), then the slow ones among them by load: t0 to the
+    # second (4 → 54), t20 and t30 to the first (5 → 35 → 55). Each share starts with its
+    # longest, then its fast picked ones.
+    assert not picked & (set(shares[2]) | set(shares[3]))
+    assert shares[0][0] == "t20" and shares[1][0] == "t0" and "t30" in shares[0]
+    fast = sorted(picked - set(durations), key=lambda nodeid: int(nodeid[1:]))
+    assert shares[0][1:6] == fast[0::2] and shares[1][1:5] == fast[1::2]
+    assert "t3" in shares[2] and "t4" in shares[3]  # the others to the lightest of all

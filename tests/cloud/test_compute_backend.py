@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from tests.emulator.compute_helpers import (
     Compute,
     group_body,
@@ -24,6 +26,9 @@ from tpuctl.cloud import lifecycle, nodes, queries
 from tpuctl.cloud.compute_ops import ComputeCreate, request_ids
 from tpuctl.cloud.compute_slices import accelerator_of
 from tpuctl.cloud.watcher import WatchPolicy
+
+# Its clients are google-cloud-compute's: tests/order.py keeps it on few processes.
+pytestmark = pytest.mark.compute_library
 
 LABELS = {"managed-by": "tpuctl", "tpuctl-job": "x", "tpuctl-spec": "abc"}
 

@@ -16,7 +16,8 @@ from tests.emulator.compute_helpers import Compute
 from tests.harness import ZONE
 from tests.support import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.emulator]
+# Its checks use google-cloud-compute's clients: tests/order.py keeps it on few processes.
+pytestmark = [pytest.mark.slow, pytest.mark.emulator, pytest.mark.compute_library]
 IMAGE_FAMILY = "ubuntu-accel-2204-amd64-tpu-v5e-v5p-v6e"
 
 

@@ -115,6 +115,7 @@ def test_unknown_fields_bad_enums_and_unknown_parameters_are_400(emulator: Any) 
     )
 
 
+@pytest.mark.compute_library
 def test_a_retried_insert_returns_the_same_operation_and_makes_one_vm(emulator: Any) -> None:
     compute = Compute(emulator, new_project())
     request_id = str(uuid.uuid4())

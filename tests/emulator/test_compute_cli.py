@@ -12,6 +12,9 @@ from tests.emulator.compute_helpers import Compute, instance_body, unique_zone
 from tests.emulator.test_cli import _run
 from tpuctl.emulator.client.testing import EmulatorProcess
 
+# Its clients are google-cloud-compute's: tests/order.py keeps it on few processes.
+pytestmark = pytest.mark.compute_library
+
 
 def test_compute_commands(
     emulator: EmulatorProcess, capsys: Any, monkeypatch: pytest.MonkeyPatch

@@ -29,6 +29,9 @@ METADATA = (
     "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/attributes/"
 )
 
+# Its clients are google-cloud-compute's: tests/order.py keeps it on few processes.
+pytestmark = pytest.mark.compute_library
+
 
 class Slice:
     """A workload policy, a template and a bulk MIG in one zone of one project."""

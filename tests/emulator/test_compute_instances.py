@@ -21,6 +21,9 @@ from tests.emulator.compute_helpers import (
 )
 from tests.emulator.helpers import ZONE, new_project, wait_until
 
+# Its clients are google-cloud-compute's: tests/order.py keeps it on few processes.
+pytestmark = pytest.mark.compute_library
+
 # Each boot appends a line to $HOME/boots (the VM's disk); a background job stands for the
 # trainer: on SIGTERM it records what the metadata server said then.
 RECORDER = """#!/bin/bash

@@ -7,10 +7,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from tests.emulator.compute_helpers import Compute, message, unique_zone
 from tests.emulator.helpers import new_project, wait_until
 from tpuctl.render.compute import ComputePlan, ComputeRequest, render_compute
 from tpuctl.spec.load import load_spec_text
+
+# Its clients are google-cloud-compute's: tests/order.py keeps it on few processes.
+pytestmark = pytest.mark.compute_library
 
 SCRIPT = "#!/bin/bash\necho started > /tmp/started\n"
 # resource → (client, the insert's body keyword, the message type)
