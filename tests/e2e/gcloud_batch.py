@@ -24,7 +24,12 @@ def _exit_status(code: object) -> int:
 
 
 def main() -> None:
-    gcloud_py, lines_path, results_path = sys.argv[1:4]
+    # Without its bundled Python the wrapper adds -S to these arguments, after this file's
+    # name: what comes before gcloud.py is the wrapper's, not ours.
+    words = sys.argv[1:]
+    while words and not words[0].endswith("gcloud.py"):
+        words.pop(0)
+    gcloud_py, lines_path, results_path = words[:3]
     spec = importlib.util.spec_from_file_location("gcloud", gcloud_py)
     assert spec is not None and spec.loader is not None
     gcloud = importlib.util.module_from_spec(spec)
