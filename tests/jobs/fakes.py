@@ -252,7 +252,15 @@ class FakeJobs:
     def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
         return {label: self.tails.get(label, f"last line of {label}\n") for label in self.workers}
 
-    def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
+    def read_log(
+        self,
+        fleet: Fleet,
+        spec: Spec,
+        target: WorkerTarget,
+        boot: int | None,
+        *,
+        connect_timeout: float | None = None,
+    ) -> str:
         current = self.workers[target.label].boot or 1
         text = self.logs.get(boot if boot is not None else current)
         if text is not None:

@@ -3,12 +3,18 @@ allows, and a whole maintenance drill (tpuctl.jobs.drill) run against fakes and 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.jobs.fakes import FakeClock, FakeJobs, FakeQr, FakeRecord, fleet, spec
+from tpuctl.cloud.watcher import GONE
 from tpuctl.errors import DeadlineError, ExitCode, TpuctlError, UsageError
-from tpuctl.jobs.drill import Drill, DrillOptions, check_kind
+from tpuctl.fanout.operations import Fleet
+from tpuctl.fanout.targets import WorkerTarget
+from tpuctl.jobs.drill import GOING_DOWN_CONNECT_TIMEOUT, Drill, DrillOptions, check_kind
 from tpuctl.jobs.drill_verdict import DrillReport, judge
+from tpuctl.spec.model import Spec
 from tpuctl.storage.logs import compile_step_pattern, parse_log
 
 PATTERN = compile_step_pattern(None)
@@ -274,3 +280,79 @@ def test_a_failed_verdict_never_says_none() -> None:
     judge_checkpoints(report, before_steps={100}, at_restart=set())
     assert not report.ok and "None" not in report.verdict, report.verdict
     assert "from scratch" in report.verdict
+
+
+class _Admin:
+    """The emulator's admin client, as far as a preempt drill uses it."""
+
+    def __init__(self, qr: FakeQr) -> None:
+        self.qr = qr
+
+    def preempt(self, name: str) -> None:
+        self.qr.state = "SUSPENDED"
+
+
+class _SlowOldLog(FakeJobs):
+    """A worker going down: reading its log costs the connect timeout it is given (the
+    preempted VM no longer answers), and tpuctl up recreates the run meanwhile."""
+
+    def __init__(self, time: FakeClock, on_read: Any) -> None:
+        super().__init__()
+        self.time, self.on_read = time, on_read
+        self.connect_timeouts: list[float] = []
+
+    def read_log(
+        self,
+        fleet: Fleet,
+        spec: Spec,
+        target: WorkerTarget,
+        boot: int | None,
+        *,
+        connect_timeout: float | None = None,
+    ) -> str:
+        if self.connect_timeouts or connect_timeout is None:
+            return super().read_log(fleet, spec, target, boot)
+        self.connect_timeouts.append(connect_timeout)
+        self.time.t += connect_timeout
+        self.on_read()
+        return ""
+
+
+def _external_preempt_drill(
+    time: FakeClock, jobs: FakeJobs, qr: FakeQr, record: FakeRecord
+) -> Drill:
+    jobs.set("running")
+    jobs.logs[1] = "step 41/100\n"
+    time.at(1, lambda: jobs.logs.__setitem__(1, "step 41/100\nstep 42/100\n"))
+    return Drill(
+        qr,
+        spec(),
+        fleet_factory=fleet,
+        options=DrillOptions(kind="preempt", timeout=90, poll=0.5, external_recovery=True),
+        admin=_Admin(qr),
+        jobs=jobs,
+        record=record,
+        clock=time.clock(),
+    )
+
+
+def test_after_a_preemption_the_old_log_is_read_with_a_short_connect_timeout() -> None:
+    """The old boot's log is read from a VM that is going down: with the fleet's 20 s connect
+    timeout a silent one held the drill while tpuctl up recreated the run and finished its
+    job, and the drill then waited for a recreate it had missed until its deadline."""
+    time, qr, record = FakeClock(), FakeQr(state="ACTIVE"), FakeRecord(steps=[40])
+
+    def up_recreates_and_finishes() -> None:  # all while the drill reads
+        qr.state = GONE
+        record.done = True
+
+    jobs = _SlowOldLog(time, up_recreates_and_finishes)
+    drill = _external_preempt_drill(time, jobs, qr, record)
+    started = time.t
+    with pytest.raises(TpuctlError) as raised:
+        drill.run()
+    assert jobs.connect_timeouts == [GOING_DOWN_CONNECT_TIMEOUT] and GOING_DOWN_CONNECT_TIMEOUT <= 5
+    # Not the deadline's 90 s: the drill says at once what happened and what to do.
+    assert not isinstance(raised.value, DeadlineError) and time.t - started < 30
+    assert "finished before the drill saw it run again" in raised.value.message
+    assert "longer" in (raised.value.hint or "")

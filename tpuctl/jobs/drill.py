@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from tpuctl.spec.model import Spec
 
 DrillKind = Literal["maintenance", "preempt", "slice-failure"]
+# The connect timeout for reading the old boot's log after a preemption (its VM is going down).
+GOING_DOWN_CONNECT_TIMEOUT = 5.0
 KINDS: tuple[DrillKind, ...] = ("maintenance", "preempt", "slice-failure")
 
 
@@ -332,7 +334,14 @@ class Drill:
                 break
             self.clock.sleep(self.options.poll)
         observer = self._observer(0)
-        old_text = waits.read(observer, None) if not seen_gone else ""
+        # The old boot's log is a best effort from a VM that is going down: one that no longer
+        # answers would hold the drill for the whole connect timeout (20 s), while tpuctl up
+        # recreates the run and its job may even finish.
+        old_text = (
+            waits.read(observer, None, connect_timeout=GOING_DOWN_CONNECT_TIMEOUT)
+            if not seen_gone
+            else ""
+        )
         if self.options.external_recovery:
             self.emit("drill.waiting", f"waiting for tpuctl up to recreate {self.name}")
             while True:
@@ -342,6 +351,13 @@ class Drill:
                     seen_gone = True
                 if seen_gone and state == "ACTIVE":
                     break
+                if state == GONE and self.record is not None and self.record.is_done():
+                    raise TpuctlError(
+                        f"drill on {self.name}: the run was recreated and its job finished "
+                        "before the drill saw it run again",
+                        hint="drill a job that runs longer after the event",
+                        name=self.name,
+                    )
                 self.clock.sleep(self.options.poll)
             self.workers.forget()
             return old_text

@@ -97,11 +97,16 @@ class DrillWaits:
             inputs.fleet.forget()
             return []
 
-    def read(self, target: WorkerTarget, boot: int | None) -> str:
-        """A worker's job log of `boot` (None: the current one), or "" when unreadable."""
+    def read(
+        self, target: WorkerTarget, boot: int | None, *, connect_timeout: float | None = None
+    ) -> str:
+        """A worker's job log of `boot` (None: the current one), or "" when unreadable;
+        `connect_timeout` shortens the fleet's for a worker that may be going down."""
         inputs = self.inputs
         try:
-            return inputs.jobs.read_log(inputs.fleet.get(), inputs.job_spec, target, boot)
+            return inputs.jobs.read_log(
+                inputs.fleet.get(), inputs.job_spec, target, boot, connect_timeout=connect_timeout
+            )
         except TpuctlError:
             return ""
 
