@@ -152,7 +152,9 @@ def test_preempt_drill_while_up_recovers(make_job: Callable[..., Job]) -> None:
 
 
 def test_preempt_drill_recovers_by_itself(make_job: Callable[..., Job]) -> None:
-    job = make_job(steps=200, slices=1, accelerator="v4-8", checkpoint_every=10)
+    # 600 steps (30 s): the job must still run when the second `up` starts, after the drill.
+    # With 200, a slow machine finished the job first, and that up found it done.
+    job = make_job(steps=600, slices=1, accelerator="v4-8", checkpoint_every=10)
     up = job.start_up()
     job.wait_running()
     up.send_signal(signal.SIGINT)  # stop babysitting: the QR and the job are left running
