@@ -113,7 +113,8 @@ def stamped(app: AppContext) -> Callable[[Any], None]:
     is_flag=True,
     default=False,
     help="After a preemption, wait for a running `tpuctl up` to recreate the queued resource "
-    "instead of doing it here.",
+    "instead of doing it here (a job that finishes before the drill sees it run again is an "
+    "error: drill a longer one).",
 )
 @click.option(
     "--step-pattern",
