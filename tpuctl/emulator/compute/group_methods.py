@@ -45,9 +45,15 @@ class GroupMethods:
                 raise already_exists(template.link)
             store.templates[template.link] = template
             scope: Scope = ("regions", region) if region else ("global", "")
-            return store.done_operation(
-                project, scope, "insert", template.link, template.id, request_id=request_id
-            )
+            return store.start_operation(
+                project,
+                scope,
+                "insert",
+                template.link,
+                template.id,
+                request_id=request_id,
+                done=True,
+            ).to_json()
 
     def get_template(self, project: str, region: str | None, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -82,9 +88,15 @@ class GroupMethods:
             groups.check_unused(store, template.link, "template")
             del store.templates[template.link]
             scope: Scope = ("regions", region) if region else ("global", "")
-            return store.done_operation(
-                project, scope, "delete", template.link, template.id, request_id=request_id
-            )
+            return store.start_operation(
+                project,
+                scope,
+                "delete",
+                template.link,
+                template.id,
+                request_id=request_id,
+                done=True,
+            ).to_json()
 
     def _template(self, project: str, region: str | None, name: str) -> TemplateRecord:
         key = (
@@ -112,14 +124,15 @@ class GroupMethods:
             if policy.link in store.policies:
                 raise already_exists(policy.link)
             store.policies[policy.link] = policy
-            return store.done_operation(
+            return store.start_operation(
                 project,
                 ("regions", region),
                 "insert",
                 policy.link,
                 policy.id,
                 request_id=request_id,
-            )
+                done=True,
+            ).to_json()
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -150,14 +163,15 @@ class GroupMethods:
             policy = self._policy(project, region, name)
             groups.check_unused(store, policy.link, "policy")
             del store.policies[policy.link]
-            return store.done_operation(
+            return store.start_operation(
                 project,
                 ("regions", region),
                 "delete",
                 policy.link,
                 policy.id,
                 request_id=request_id,
-            )
+                done=True,
+            ).to_json()
 
     def _policy(self, project: str, region: str, name: str) -> PolicyRecord:
         key = link(project, "regions", region, "resourcePolicies", name)

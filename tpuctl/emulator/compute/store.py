@@ -280,7 +280,11 @@ class Store:
         target_id: str,
         *,
         request_id: str = "",
+        done: bool = False,
     ) -> OperationRecord:
+        """A new operation on `target_link` (under the lock); `done`: over as it starts, what
+        a change made in one step answers (a template's or a resource policy's insert and
+        delete)."""
         now = self.clock.wall()
         name = f"operation-{int(now.timestamp() * 1000)}-{uuid.uuid4().hex[:12]}"
         operation = OperationRecord(
@@ -297,25 +301,9 @@ class Store:
         self.operations[operation.link] = operation
         if request_id:
             self._requests[(project, request_id)] = operation.link
+        if done:
+            self.finish(operation)
         return operation
-
-    def done_operation(
-        self,
-        project: str,
-        scope: Scope,
-        operation_type: str,
-        target_link: str,
-        target_id: str,
-        *,
-        request_id: str = "",
-    ) -> dict[str, Any]:
-        """The JSON of an operation over as it starts: what a change made in one step under
-        the lock answers (a template's or a resource policy's insert and delete)."""
-        operation = self.start_operation(
-            project, scope, operation_type, target_link, target_id, request_id=request_id
-        )
-        self.finish(operation)
-        return operation.to_json()
 
     def finish(self, operation: OperationRecord, error: OperationError | None = None) -> None:
         """End `operation` (under the lock); one that ended keeps its first outcome."""
