@@ -50,6 +50,7 @@ def spread_slow_tests(
     others in turn), at the start of each, where idle processes do not steal them."""
     slow = sorted((i for i in items if i.nodeid in durations), key=lambda i: -durations[i.nodeid])
     grouped = [item for item in items if together(item)]
+    picked = {id(item) for item in grouped}
     if not slow and not grouped:
         return items
     kept = max(1, min(together_shares, workers))
@@ -60,14 +61,14 @@ def spread_slow_tests(
     loads = [float(len(fast[share])) if share < kept else 0.0 for share in range(workers)]
     # The longest first, each to the lightest share so far: the grouped ones among the kept
     # shares before the others, so those see the kept shares' load.
-    for item in sorted(slow, key=lambda i: not together(i)):
-        choices = range(kept) if together(item) else range(workers)
+    for item in sorted(slow, key=lambda i: id(i) not in picked):
+        choices = range(kept) if id(item) in picked else range(workers)
         share = min(choices, key=lambda index: loads[index])
         heads[share].append(item)
         loads[share] += durations[item.nodeid]
     for head in heads:
         head.sort(key=lambda i: -durations[i.nodeid])
-    taken = {id(item) for item in slow} | {id(item) for item in grouped}
+    taken = {id(item) for item in slow} | picked
     rest = iter([item for item in items if id(item) not in taken])
     ordered: list[pytest.Item] = []
     remaining = len(items)

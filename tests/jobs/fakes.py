@@ -203,6 +203,10 @@ class FakeJobs:
         self.logs: dict[int, str] = {}  # boot → the log's text
         self.marked_done: str | None = None
         self.tails: dict[str, str] = {}  # label → the log tail log_tails gives
+        # A worker going down: a read given a shorter connect timeout gets nothing, after
+        # `going_down(timeout)` (a test's script of what happens meanwhile); each is recorded.
+        self.going_down: Callable[[float], None] | None = None
+        self.connect_timeouts: list[float] = []
         self._pids = 100
 
     def _run(self, *, new_boot: bool = False) -> None:
@@ -261,6 +265,10 @@ class FakeJobs:
         *,
         connect_timeout: float | None = None,
     ) -> str:
+        if connect_timeout is not None and self.going_down is not None:
+            self.connect_timeouts.append(connect_timeout)
+            self.going_down(connect_timeout)
+            return ""
         current = self.workers[target.label].boot or 1
         text = self.logs.get(boot if boot is not None else current)
         if text is not None:

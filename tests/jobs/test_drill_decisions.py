@@ -10,11 +10,8 @@ import pytest
 from tests.jobs.fakes import FakeClock, FakeJobs, FakeQr, FakeRecord, fleet, spec
 from tpuctl.cloud.watcher import GONE
 from tpuctl.errors import DeadlineError, ExitCode, TpuctlError, UsageError
-from tpuctl.fanout.operations import Fleet
-from tpuctl.fanout.targets import WorkerTarget
 from tpuctl.jobs.drill import GOING_DOWN_CONNECT_TIMEOUT, Drill, DrillOptions, check_kind
 from tpuctl.jobs.drill_verdict import DrillReport, judge
-from tpuctl.spec.model import Spec
 from tpuctl.storage.logs import compile_step_pattern, parse_log
 
 PATTERN = compile_step_pattern(None)
@@ -133,6 +130,21 @@ def test_preempt_and_slice_failure_drills_need_the_emulator() -> None:
         check_kind("flood", on_emulator=True)
 
 
+def _drill(
+    time: FakeClock,
+    jobs: FakeJobs,
+    qr: FakeQr,
+    record: FakeRecord,
+    options: DrillOptions,
+    **extra: Any,
+) -> Drill:
+    """A drill of `qr` against fakes, on `time`'s clock (`extra`: admin, on_event)."""
+    return Drill(
+        qr, spec(), fleet_factory=fleet, options=options, jobs=jobs, record=record,
+        clock=time.clock(), **extra,
+    )  # fmt: skip
+
+
 def test_a_whole_maintenance_drill_against_fakes() -> None:
     time, jobs, qr, record = FakeClock(), FakeJobs(), FakeQr(state="ACTIVE"), FakeRecord()
     jobs.set("running")
@@ -147,15 +159,7 @@ def test_a_whole_maintenance_drill_against_fakes() -> None:
         jobs.logs[2] = "resumed from step 43\nstep 44/100\n"
 
     time.at(3, maintenance_happens)
-    drill = Drill(
-        qr,
-        spec(),
-        fleet_factory=fleet,
-        options=DrillOptions(kind="maintenance", timeout=60, poll=0.5),
-        jobs=jobs,
-        record=record,
-        clock=time.clock(),
-    )
+    drill = _drill(time, jobs, qr, record, DrillOptions(kind="maintenance", timeout=60, poll=0.5))
     report = drill.run()
     assert qr.maintenances == [("job", 0)]
     assert report.ok, report.verdict
@@ -168,15 +172,8 @@ def test_a_drill_whose_job_never_comes_back_gives_up_at_its_timeout() -> None:
     jobs.set("running")
     jobs.logs[1] = "step 41/100\n"
     time.at(1, lambda: jobs.logs.__setitem__(1, "step 41/100\nstep 42/100\n"))
-    drill = Drill(
-        qr,
-        spec(),
-        fleet_factory=fleet,
-        options=DrillOptions(kind="maintenance", timeout=20, poll=0.5),
-        jobs=jobs,
-        record=FakeRecord(steps=[40]),
-        clock=time.clock(),
-    )
+    options = DrillOptions(kind="maintenance", timeout=20, poll=0.5)
+    drill = _drill(time, jobs, qr, FakeRecord(steps=[40]), options)
     with pytest.raises(DeadlineError) as raised:
         drill.run()
     assert "new boot" in raised.value.message and time.t < 60
@@ -185,15 +182,8 @@ def test_a_drill_whose_job_never_comes_back_gives_up_at_its_timeout() -> None:
 def _silent_drill(time: FakeClock, jobs: FakeJobs, record: FakeRecord) -> Drill:
     jobs.set("running")
     jobs.logs[1] = "loading data…\n"  # nothing a step pattern recognises
-    return Drill(
-        FakeQr(state="ACTIVE"),
-        spec(),
-        fleet_factory=fleet,
-        options=DrillOptions(kind="maintenance", timeout=600, poll=0.5),
-        jobs=jobs,
-        record=record,
-        clock=time.clock(),
-    )
+    options = DrillOptions(kind="maintenance", timeout=600, poll=0.5)
+    return _drill(time, jobs, FakeQr(state="ACTIVE"), record, options)
 
 
 def test_a_job_without_step_lines_is_drilled_from_its_checkpoints() -> None:
@@ -252,14 +242,12 @@ def test_the_drills_messages_read_as_words_not_python() -> None:
 
     time.at(3, maintenance_happens)
     said: list[str] = []
-    Drill(
+    _drill(
+        time,
+        jobs,
         qr,
-        spec(),
-        fleet_factory=fleet,
-        options=DrillOptions(kind="maintenance", timeout=60, poll=0.5),
-        jobs=jobs,
-        record=FakeRecord(),  # no checkpoint yet
-        clock=time.clock(),
+        FakeRecord(),  # no checkpoint yet
+        DrillOptions(kind="maintenance", timeout=60, poll=0.5),
         on_event=lambda event: said.append(event.message),
     ).run()
     assert not any("None" in message for message in said), said
@@ -292,62 +280,23 @@ class _Admin:
         self.qr.state = "SUSPENDED"
 
 
-class _SlowOldLog(FakeJobs):
-    """A worker going down: reading its log costs the connect timeout it is given (the
-    preempted VM no longer answers), and tpuctl up recreates the run meanwhile."""
-
-    def __init__(self, time: FakeClock, on_read: Any) -> None:
-        super().__init__()
-        self.time, self.on_read = time, on_read
-        self.connect_timeouts: list[float] = []
-
-    def read_log(
-        self,
-        fleet: Fleet,
-        spec: Spec,
-        target: WorkerTarget,
-        boot: int | None,
-        *,
-        connect_timeout: float | None = None,
-    ) -> str:
-        if self.connect_timeouts or connect_timeout is None:
-            return super().read_log(fleet, spec, target, boot)
-        self.connect_timeouts.append(connect_timeout)
-        self.time.t += connect_timeout
-        self.on_read()
-        return ""
-
-
-def _external_preempt_drill(
-    time: FakeClock, jobs: FakeJobs, qr: FakeQr, record: FakeRecord
-) -> Drill:
-    jobs.set("running")
-    jobs.logs[1] = "step 41/100\n"
-    time.at(1, lambda: jobs.logs.__setitem__(1, "step 41/100\nstep 42/100\n"))
-    return Drill(
-        qr,
-        spec(),
-        fleet_factory=fleet,
-        options=DrillOptions(kind="preempt", timeout=90, poll=0.5, external_recovery=True),
-        admin=_Admin(qr),
-        jobs=jobs,
-        record=record,
-        clock=time.clock(),
-    )
-
-
 def test_after_a_preemption_the_old_log_is_read_with_a_short_connect_timeout() -> None:
     """The old boot's log is read from a VM that is going down: with the fleet's 20 s connect
     timeout a silent one held the drill while tpuctl up recreated the run and finished its
     job, and the drill then waited for a recreate it had missed until its deadline."""
-    time, qr, record = FakeClock(), FakeQr(state="ACTIVE"), FakeRecord(steps=[40])
+    time, qr, record, jobs = FakeClock(), FakeQr(state="ACTIVE"), FakeRecord(steps=[40]), FakeJobs()
 
-    def up_recreates_and_finishes() -> None:  # all while the drill reads
-        qr.state = GONE
+    def going_down(timeout: float) -> None:
+        time.t += timeout  # the silent VM holds the read that long; meanwhile tpuctl up
+        qr.state = GONE  # recreated the run, the job finished and the run was deleted
         record.done = True
 
-    jobs = _SlowOldLog(time, up_recreates_and_finishes)
-    drill = _external_preempt_drill(time, jobs, qr, record)
+    jobs.going_down = going_down
+    jobs.set("running")
+    jobs.logs[1] = "step 41/100\n"
+    time.at(1, lambda: jobs.logs.__setitem__(1, "step 41/100\nstep 42/100\n"))
+    options = DrillOptions(kind="preempt", timeout=90, poll=0.5, external_recovery=True)
+    drill = _drill(time, jobs, qr, record, options, admin=_Admin(qr))
     started = time.t
     with pytest.raises(TpuctlError) as raised:
         drill.run()
