@@ -157,6 +157,30 @@ def test_a_detached_run_records_what_ps_reads(tmp_path: Path, shell: str) -> Non
     assert (state.state, state.run, state.exit_code, state.last_line) == ("exited", "r9", 5, "out")
 
 
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_run_is_found_the_moment_its_start_returns(tmp_path: Path, shell: str) -> None:
+    # A session leader that is slow to get the CPU, as on a loaded worker: a setsid that
+    # waits before it execs the real one (the same process, so $! is still the leader).
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "setsid").write_text(f'#!/bin/sh\nsleep 1\nexec {shutil.which("setsid")} "$@"\n')
+    (slow / "setsid").chmod(0o755)
+    path = f"{slow}:{os.environ['PATH']}"
+    started = _run(remote.start_script("r7", "echo hi; sleep 60"), tmp_path, shell=shell, path=path)
+    pid = int(started.split()[1])
+    try:
+        status = _run(remote.status_script(None), tmp_path, shell=shell, path=path).decode()
+        state = remote.parse_state(status)
+        assert state is not None and (state.state, state.run, state.pid) == ("running", "r7", pid)
+        logs = remote.logs_script(None, None, follow=False)
+        assert _run(logs, tmp_path, shell=shell, path=path) == b""  # its log, empty so far
+    finally:  # the session once the leader is in it, else the leader, still the slow setsid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, 9)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
 def test_logs_needs_no_pid_unless_it_follows(tmp_path: Path) -> None:
     _make_run(tmp_path, "r1", log="a\nb\nc\n")
     assert _run(remote.logs_script(None, 2, follow=False), tmp_path) == b"b\nc\n"

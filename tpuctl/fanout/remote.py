@@ -88,17 +88,15 @@ TAIL_BYTES = (
 # ------------------------------------------------------------------------------ detached runs
 
 # The session leader of a detached run (setsid; HUP ignored, which is all nohup does when
-# output already goes to a file), a bash. It records its pid and start time (`started`: the
-# epoch, from the printf builtin), runs the command in a subshell (a fork, no exec: cheaper
-# than `bash -c`) with TERM/INT back to their defaults, and records the exit status; with TERM
+# output already goes to a file), a bash. It records its start time (`started`: the epoch,
+# from the printf builtin), runs the command in a subshell (a fork, no exec: cheaper than
+# `bash -c`) with TERM/INT back to their defaults, and records the exit status; with TERM
 # trapped here, a TERM to the process group reaches the command while this shell waits and
 # records the status (143) instead of dying first. `exit` is written in place, not renamed
 # into place (no `mv` process): its few bytes arrive in one write, and readers take an empty
 # `exit` for not written yet (`-s`), while this shell, still alive, keeps the run running.
 _WRAPPER = (
-    'd=$1; mkdir -p "$d" || exit 1; printf "%s\\n" "$2" >"$d/command"; '
-    'printf "%s\\n" "$$" >"$d/pid"; printf "%(%s)T\\n" -1 >"$d/started"; '
-    'printf "%s\\n" "$3" >"${d%/*}/latest"; '
+    'd=$1; printf "%s\\n" "$2" >"$d/command"; printf "%(%s)T\\n" -1 >"$d/started"; '
     "trap '' HUP; trap : TERM INT; "
     '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"$d/log" 2>&1; '
     'printf "%s\\n" "$?" >"$d/exit"'
@@ -108,18 +106,21 @@ _WRAPPER = (
 def start_script(run_id: str, command: str, *, workdir: str | None = None) -> str:
     """Start `command` detached in its own session; prints `started <pid>` and returns at once.
 
-    A background job of a non-interactive shell is not a process-group leader, so setsid
-    execs in place and $! is the session leader: the pid, process group and session id. The
-    run directory is written by the leader itself, so starting costs the worker one fork; the
-    leader's own processes are `mkdir` and the command's subshell.
+    The run's directory, its empty log, `latest` and its pid are written before this
+    returns, so a `ps` or `logs` right after it finds the run on every worker. A background
+    job of a non-interactive shell is not a process-group leader, so setsid execs in place
+    and $! is the session leader: the pid, process group and session id. Starting costs the
+    worker a `mkdir` and one fork; the leader's own process is the command's subshell.
     """
     check_run_id(run_id)
     # `cd … || exit`, not `cd … && setsid … &`: that would background a subshell, not setsid.
     where = f"cd {remote_path(workdir)} || exit 1; " if workdir else ""
     return (
-        f"{where}setsid bash -c {shlex.quote(_WRAPPER)} tpuctl-run "
-        f'"{RUNS_DIR}"/{run_id} {shlex.quote(command)} {run_id} </dev/null >/dev/null 2>&1 & '
-        'printf "started %s\\n" "$!"'
+        f'{where}d="{RUNS_DIR}"/{run_id}; mkdir -p "$d" || exit 1; : >>"$d/log"; '
+        f'printf "%s\\n" {run_id} >"{RUNS_DIR}/latest"; '
+        f'setsid bash -c {shlex.quote(_WRAPPER)} tpuctl-run "$d" {shlex.quote(command)} '
+        "</dev/null >/dev/null 2>&1 & "
+        'printf "%s\\n" "$!" >"$d/pid"; printf "started %s\\n" "$!"'
     )
 
 
@@ -180,17 +181,10 @@ def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
         'if [ -n "$id" ]; then echo "no detached run $id here" >&2; '
         'else echo "no detached run here (--job reads the startup job\'s log)" >&2; fi; exit 1'
     )
-    # A run just started (`tpuctl run` follows at once) writes its directory and log from its
-    # own session, maybe after this reads them: following a named run waits for its log.
-    wait = (
-        f'i=0; while [ ! -e "{RUNS_DIR}"/{shlex.quote(check_run_id(run_id))}/log ] '
-        "&& [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; "
-        if follow and run_id
-        else ""
-    )
+    # A run's directory, log and pid are there once its start returns (start_script), so a
+    # `tpuctl run` that follows at once finds them.
     return (
-        wait
-        + _resolve_run(run_id, pid=follow, none=missing)
+        _resolve_run(run_id, pid=follow, none=missing)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
         + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
     )
