@@ -115,6 +115,56 @@ def test_unknown_fields_bad_enums_and_unknown_parameters_are_400(emulator: Any) 
     )
 
 
+def test_every_mutating_call_retried_with_its_request_id_answers_its_first_operation(
+    emulator: Any,
+) -> None:
+    """What a client's retry after a lost answer sends: the same call and requestId, once
+    while the first one's operation runs and once after. Each answers the first operation, and
+    none changes anything again (a second delete is no 404, a second insert no 409)."""
+    project = new_project()
+    zones = f"projects/{project}/zones/{ZONE}"
+
+    def twice(verb: str, path: str, body: Any = None, query: str = "") -> dict[str, Any]:
+        ask = "&".join(part for part in (query, f"requestId={uuid.uuid4()}") if part)
+        first = call(emulator, verb, path, body, ask)
+        again = call(emulator, verb, path, body, ask)
+        assert (first[0], again[0]) == (200, 200), (path, first, again)
+        assert again[1]["name"] == first[1]["name"], path
+        return first[1]
+
+    def status() -> str:
+        return str(call(emulator, "GET", f"{zones}/instances/vm")[1].get("status", "gone"))
+
+    def reaches(wanted: str) -> None:
+        wait_until(lambda: status() == wanted, f"the VM {wanted}", timeout=60)
+
+    twice("POST", f"{zones}/instances", instance_body("vm", ZONE))
+    reaches("RUNNING")
+    assert [vm["name"] for vm in call(emulator, "GET", f"{zones}/instances")[1]["items"]] == ["vm"]
+    twice("POST", f"{zones}/instances/vm/simulateMaintenanceEvent")
+    reaches("RUNNING")
+    twice("POST", f"{zones}/instances/vm/stop")
+    reaches("TERMINATED")
+    twice("POST", f"{zones}/instances/vm/start")
+    reaches("RUNNING")
+    # Without the replay, the second would be refused: the first changed the fingerprint.
+    fingerprint = call(emulator, "GET", f"{zones}/instances/vm")[1]["metadata"]["fingerprint"]
+    items = [{"key": "team", "value": "tpu"}]
+    metadata = {"fingerprint": fingerprint, "items": items}
+    twice("POST", f"{zones}/instances/vm/setMetadata", metadata)
+    twice("DELETE", f"{zones}/instances/vm")
+    reaches("gone")
+
+    templates = f"projects/{project}/global/instanceTemplates"
+    twice("POST", templates, template_body("t", "ct6e-standard-1t"))
+    twice("DELETE", f"{templates}/t")
+    assert call(emulator, "GET", f"{templates}/t")[0] == 404
+    policies = f"projects/{project}/regions/{region(ZONE)}/resourcePolicies"
+    twice("POST", policies, policy_body("p", "2x2"))
+    twice("DELETE", f"{policies}/p")
+    assert call(emulator, "GET", f"{policies}/p")[0] == 404
+
+
 @pytest.mark.compute_library
 def test_a_retried_insert_returns_the_same_operation_and_makes_one_vm(emulator: Any) -> None:
     compute = Compute(emulator, new_project())

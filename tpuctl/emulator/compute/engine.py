@@ -26,7 +26,13 @@ from tpuctl.emulator.compute.instance_resource import instance_json
 from tpuctl.emulator.compute.instances import ComputePlane, Context
 from tpuctl.emulator.compute.links import link
 from tpuctl.emulator.compute.listing import matches, page
-from tpuctl.emulator.compute.store import InstanceRecord, OperationRecord, Scope, Store
+from tpuctl.emulator.compute.store import (
+    InstanceRecord,
+    OperationRecord,
+    Scope,
+    Store,
+    once_per_request,
+)
 from tpuctl.emulator.control.clock import Clock
 from tpuctl.emulator.control.config import EmulatorConfig
 from tpuctl.emulator.control.events import EventLog
@@ -59,33 +65,30 @@ class ComputeEngine(GroupMethods, AdminMethods):
         self.store.close()
 
     # ------------------------------------------------------------------------ instances
+    @once_per_request
     def insert_instance(
         self, project: str, zone: str, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            instance = instance_resource.plan_instance(store, project, zone, body)
-            if instance.key in store.instances:
-                raise already_exists(instance.link)
-            store.instances[instance.key] = instance
-            operation = store.start_operation(
-                project,
-                ("zones", zone),
-                "insert",
-                instance.link,
-                instance.id,
-                request_id=request_id,
-            )
-            store.events.emit(
-                "compute.instance.insert",
-                node=instance.link,
-                detail=f"{instance.machine.name} {instance.model}",
-            )
-            store.spawn(instances.create, self.ctx, instance, instance.epoch, operation)
-            return operation.to_json()
+        instance = instance_resource.plan_instance(store, project, zone, body)
+        if instance.key in store.instances:
+            raise already_exists(instance.link)
+        store.instances[instance.key] = instance
+        operation = store.start_operation(
+            project,
+            ("zones", zone),
+            "insert",
+            instance.link,
+            instance.id,
+            request_id=request_id,
+        )
+        store.events.emit(
+            "compute.instance.insert",
+            node=instance.link,
+            detail=f"{instance.machine.name} {instance.model}",
+        )
+        store.spawn(instances.create, self.ctx, instance, instance.epoch, operation)
+        return operation.to_json()
 
     def get_instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -117,75 +120,68 @@ class ComputeEngine(GroupMethods, AdminMethods):
             "items": {scope: {"instances": listed} for scope, listed in filtered.items() if listed},
         }
 
+    @once_per_request
     def delete_instance(
         self, project: str, zone: str, name: str, request_id: str, graceful: bool
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            instance = store.instance(project, zone, name)
-            operation = self._operation(instance, "delete", request_id)
-            epoch = store.supersede(instance)
-            if instance.status == "PENDING" or not instance.in_plane:
-                instances.forget(store, instance)
-                store.finish(operation)
-            else:
-                instances.set_status(store, instance, "STOPPING")
-                self._terminate(instance, epoch, True, graceful, operation)
-            store.events.emit("compute.instance.delete", node=instance.link)
-            return operation.to_json()
+        instance = store.instance(project, zone, name)
+        operation = self._operation(instance, "delete", request_id)
+        epoch = store.supersede(instance)
+        if instance.status == "PENDING" or not instance.in_plane:
+            instances.forget(store, instance)
+            store.finish(operation)
+        else:
+            instances.set_status(store, instance, "STOPPING")
+            self._terminate(instance, epoch, True, graceful, operation)
+        store.events.emit("compute.instance.delete", node=instance.link)
+        return operation.to_json()
 
+    @once_per_request
     def stop_instance(
         self, project: str, zone: str, name: str, request_id: str, graceful: bool
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            instance = store.instance(project, zone, name)
-            operation = self._operation(instance, "stop", request_id)
-            if instance.status == "TERMINATED":
-                store.finish(operation)
-                return operation.to_json()
-            if instance.status == "PENDING":
-                raise not_ready(instance.link)
-            epoch = store.supersede(instance)
-            instances.set_status(store, instance, "STOPPING")
-            self._terminate(instance, epoch, False, graceful, operation)
+        instance = store.instance(project, zone, name)
+        operation = self._operation(instance, "stop", request_id)
+        if instance.status == "TERMINATED":
+            store.finish(operation)
             return operation.to_json()
+        if instance.status == "PENDING":
+            raise not_ready(instance.link)
+        epoch = store.supersede(instance)
+        instances.set_status(store, instance, "STOPPING")
+        self._terminate(instance, epoch, False, graceful, operation)
+        return operation.to_json()
 
+    @once_per_request
     def start_instance(self, project: str, zone: str, name: str, request_id: str) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            instance = store.instance(project, zone, name)
-            if instance.status in ("PENDING", "STOPPING"):
-                raise not_ready(instance.link)
-            if instance.status == "TERMINATED" and instance.model == "SPOT":
-                # Cloud TPU's documentation: a TPU Spot VM is not restarted; delete and
-                # recreate it.
-                raise ComputeApiError(
-                    400,
-                    "unsupportedOperation",
-                    f"The TPU Spot VM '{instance.link}' cannot be restarted: delete it and "
-                    "create it again",
-                )
-            operation = self._operation(instance, "start", request_id)
-            if instance.status != "TERMINATED":
-                store.finish(operation)
-                return operation.to_json()
-            epoch = store.supersede(instance)
-            store.spawn(instances.start, self.ctx, instance, epoch, operation)
+        instance = store.instance(project, zone, name)
+        if instance.status in ("PENDING", "STOPPING"):
+            raise not_ready(instance.link)
+        if instance.status == "TERMINATED" and instance.model == "SPOT":
+            # Cloud TPU's documentation: a TPU Spot VM is not restarted; delete and
+            # recreate it.
+            raise ComputeApiError(
+                400,
+                "unsupportedOperation",
+                f"The TPU Spot VM '{instance.link}' cannot be restarted: delete it and "
+                "create it again",
+            )
+        operation = self._operation(instance, "start", request_id)
+        if instance.status != "TERMINATED":
+            store.finish(operation)
             return operation.to_json()
+        epoch = store.supersede(instance)
+        store.spawn(instances.start, self.ctx, instance, epoch, operation)
+        return operation.to_json()
 
     def set_metadata(
         self, project: str, zone: str, name: str, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
+        # once_per_request's check by hand: the worker-plane push blocks, so it is made off
+        # the lock, between the change and the operation's end.
         store = self.store
         with store.lock:
             replay = store.replay(project, request_id)
@@ -205,21 +201,18 @@ class ComputeEngine(GroupMethods, AdminMethods):
             store.finish(operation)
             return operation.to_json()
 
+    @once_per_request
     def simulate_maintenance(
         self, project: str, zone: str, name: str, request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            instance = store.instance(project, zone, name)
-            if instance.status != "RUNNING":
-                raise not_ready(instance.link)
-            operation = self._operation(instance, "simulateMaintenanceEvent", request_id)
-            disruptions.begin_maintenance(self.ctx, instance, "simulated")
-            store.finish(operation)
-            return operation.to_json()
+        instance = store.instance(project, zone, name)
+        if instance.status != "RUNNING":
+            raise not_ready(instance.link)
+        operation = self._operation(instance, "simulateMaintenanceEvent", request_id)
+        disruptions.begin_maintenance(self.ctx, instance, "simulated")
+        store.finish(operation)
+        return operation.to_json()
 
     def guest_attributes(
         self, project: str, zone: str, name: str, query: dict[str, str]

@@ -18,6 +18,7 @@ from tpuctl.emulator.compute.store import (
     Scope,
     Store,
     TemplateRecord,
+    once_per_request,
 )
 from tpuctl.emulator.control.config import EmulatorConfig
 
@@ -29,31 +30,37 @@ class GroupMethods:
     store: Store
     ctx: Context
 
+    def _record(
+        self,
+        records: dict[str, Any],
+        record: TemplateRecord | PolicyRecord,
+        scope: Scope,
+        request_id: str,
+    ) -> dict[str, Any]:
+        """Keep a new template or policy: its insert's operation is over as it starts."""
+        if record.link in records:
+            raise already_exists(record.link)
+        records[record.link] = record
+        return self.store.start_operation(
+            record.project,
+            scope,
+            "insert",
+            record.link,
+            record.id,
+            request_id=request_id,
+            done=True,
+        ).to_json()
+
     # ------------------------------------------------------------------------ templates
+    @once_per_request
     def insert_template(
         self, project: str, region: str | None, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
-        store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            name = check_name(body.get("name"))
-            groups.check_template(body)
-            template = TemplateRecord(project, region, name, body, store.clock.wall())
-            if template.link in store.templates:
-                raise already_exists(template.link)
-            store.templates[template.link] = template
-            scope: Scope = ("regions", region) if region else ("global", "")
-            return store.start_operation(
-                project,
-                scope,
-                "insert",
-                template.link,
-                template.id,
-                request_id=request_id,
-                done=True,
-            ).to_json()
+        name = check_name(body.get("name"))
+        groups.check_template(body)
+        template = TemplateRecord(project, region, name, body, self.store.clock.wall())
+        scope: Scope = ("regions", region) if region else ("global", "")
+        return self._record(self.store.templates, template, scope, request_id)
 
     def get_template(self, project: str, region: str | None, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -76,27 +83,24 @@ class GroupMethods:
             query,
         )
 
+    @once_per_request
     def delete_template(
         self, project: str, region: str | None, name: str, request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            template = self._template(project, region, name)
-            groups.check_unused(store, template.link, "template")
-            del store.templates[template.link]
-            scope: Scope = ("regions", region) if region else ("global", "")
-            return store.start_operation(
-                project,
-                scope,
-                "delete",
-                template.link,
-                template.id,
-                request_id=request_id,
-                done=True,
-            ).to_json()
+        template = self._template(project, region, name)
+        groups.check_unused(store, template.link, "template")
+        del store.templates[template.link]
+        scope: Scope = ("regions", region) if region else ("global", "")
+        return store.start_operation(
+            project,
+            scope,
+            "delete",
+            template.link,
+            template.id,
+            request_id=request_id,
+            done=True,
+        ).to_json()
 
     def _template(self, project: str, region: str | None, name: str) -> TemplateRecord:
         key = (
@@ -110,29 +114,14 @@ class GroupMethods:
         return found
 
     # ------------------------------------------------------------------------- policies
+    @once_per_request
     def insert_policy(
         self, project: str, region: str, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
-        store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            name = check_name(body.get("name"))
-            groups.check_policy(body)
-            policy = PolicyRecord(project, region, name, body, store.clock.wall())
-            if policy.link in store.policies:
-                raise already_exists(policy.link)
-            store.policies[policy.link] = policy
-            return store.start_operation(
-                project,
-                ("regions", region),
-                "insert",
-                policy.link,
-                policy.id,
-                request_id=request_id,
-                done=True,
-            ).to_json()
+        name = check_name(body.get("name"))
+        groups.check_policy(body)
+        policy = PolicyRecord(project, region, name, body, self.store.clock.wall())
+        return self._record(self.store.policies, policy, ("regions", region), request_id)
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -152,26 +141,23 @@ class GroupMethods:
             query,
         )
 
+    @once_per_request
     def delete_policy(
         self, project: str, region: str, name: str, request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            policy = self._policy(project, region, name)
-            groups.check_unused(store, policy.link, "policy")
-            del store.policies[policy.link]
-            return store.start_operation(
-                project,
-                ("regions", region),
-                "delete",
-                policy.link,
-                policy.id,
-                request_id=request_id,
-                done=True,
-            ).to_json()
+        policy = self._policy(project, region, name)
+        groups.check_unused(store, policy.link, "policy")
+        del store.policies[policy.link]
+        return store.start_operation(
+            project,
+            ("regions", region),
+            "delete",
+            policy.link,
+            policy.id,
+            request_id=request_id,
+            done=True,
+        ).to_json()
 
     def _policy(self, project: str, region: str, name: str) -> PolicyRecord:
         key = link(project, "regions", region, "resourcePolicies", name)
@@ -181,34 +167,31 @@ class GroupMethods:
         return found
 
     # ----------------------------------------------------------------------------- MIGs
+    @once_per_request
     def insert_group(
         self, project: str, scope: Scope, body: dict[str, Any], request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            group = groups.plan_group(store, project, scope, body, self.config.zones)
-            if group.key in store.groups:
-                raise already_exists(group.link)
-            store.groups[group.key] = group
-            operation = store.start_operation(
-                project,
-                scope,
-                _group_verb(scope, "insert"),
-                group.link,
-                group.id,
-                request_id=request_id,
-            )
-            store.finish(operation)
-            store.events.emit(
-                "compute.group.insert",
-                node=group.link,
-                detail=f"{group.target_size} x {group.machine.name} {group.topology or ''}",
-            )
-            store.spawn(groups.bulk_create, self.ctx, group, group.epoch)
-            return operation.to_json()
+        group = groups.plan_group(store, project, scope, body, self.config.zones)
+        if group.key in store.groups:
+            raise already_exists(group.link)
+        store.groups[group.key] = group
+        operation = store.start_operation(
+            project,
+            scope,
+            _group_verb(scope, "insert"),
+            group.link,
+            group.id,
+            request_id=request_id,
+        )
+        store.finish(operation)
+        store.events.emit(
+            "compute.group.insert",
+            node=group.link,
+            detail=f"{group.target_size} x {group.machine.name} {group.topology or ''}",
+        )
+        store.spawn(groups.bulk_create, self.ctx, group, group.epoch)
+        return operation.to_json()
 
     def get_group(self, project: str, scope: Scope, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -231,29 +214,26 @@ class GroupMethods:
             group = self.store.group(project, scope, name)
             return {"managedInstances": groups.managed_instances(self.store, group)}
 
+    @once_per_request
     def delete_group(
         self, project: str, scope: Scope, name: str, request_id: str, graceful: bool
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            group = store.group(project, scope, name)
-            operation = store.start_operation(
-                project,
-                scope,
-                _group_verb(scope, "delete"),
-                group.link,
-                group.id,
-                request_id=request_id,
-            )
-            group.deleting = True
-            group.epoch += 1
-            store.cond.notify_all()
-            store.events.emit("compute.group.delete", node=group.link)
-            store.spawn(self._delete_group, group, graceful, operation)
-            return operation.to_json()
+        group = store.group(project, scope, name)
+        operation = store.start_operation(
+            project,
+            scope,
+            _group_verb(scope, "delete"),
+            group.link,
+            group.id,
+            request_id=request_id,
+        )
+        group.deleting = True
+        group.epoch += 1
+        store.cond.notify_all()
+        store.events.emit("compute.group.delete", node=group.link)
+        store.spawn(self._delete_group, group, graceful, operation)
+        return operation.to_json()
 
     def _delete_group(self, group: GroupRecord, graceful: bool, operation: OperationRecord) -> None:
         groups.delete_members(self.ctx, group, graceful, None)
@@ -262,35 +242,32 @@ class GroupMethods:
             self.store.finish(operation)
             self.store.events.emit("compute.group.deleted", node=group.link)
 
+    @once_per_request
     def resize_group(
         self, project: str, scope: Scope, name: str, size: int, request_id: str
     ) -> dict[str, Any]:
         store = self.store
-        with store.lock:
-            replay = store.replay(project, request_id)
-            if replay is not None:
-                return replay.to_json()
-            group = store.group(project, scope, name)
-            if group.deleting:
-                raise not_ready(group.link)
-            groups.resize_check(group, size)
-            operation = store.start_operation(
-                project,
-                scope,
-                _group_verb(scope, "resize"),
-                group.link,
-                group.id,
-                request_id=request_id,
-            )
-            if size == group.target_size:
-                store.finish(operation)
-                return operation.to_json()
-            group.epoch += 1
-            group.target_size = size
-            store.cond.notify_all()
-            epoch = group.epoch
-            store.spawn(self._resize, group, epoch, operation)
+        group = store.group(project, scope, name)
+        if group.deleting:
+            raise not_ready(group.link)
+        groups.resize_check(group, size)
+        operation = store.start_operation(
+            project,
+            scope,
+            _group_verb(scope, "resize"),
+            group.link,
+            group.id,
+            request_id=request_id,
+        )
+        if size == group.target_size:
+            store.finish(operation)
             return operation.to_json()
+        group.epoch += 1
+        group.target_size = size
+        store.cond.notify_all()
+        epoch = group.epoch
+        store.spawn(self._resize, group, epoch, operation)
+        return operation.to_json()
 
     def _resize(self, group: GroupRecord, epoch: int, operation: OperationRecord) -> None:
         groups.delete_members(self.ctx, group, True, None)

@@ -9,7 +9,9 @@ and the old flow stops at its next step. Worker-plane calls block, so they are m
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import logging
 import random
 import threading
@@ -18,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from tpuctl.emulator.compute import catalog
 from tpuctl.emulator.compute.catalog import MachineType, Slice
@@ -381,3 +383,27 @@ class Store:
         deadline = time.monotonic() + 5.0
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+Method = TypeVar("Method", bound=Callable[..., dict[str, Any]])
+
+
+def once_per_request(method: Method) -> Method:
+    """A mutating method of the API, with `project` and `request_id` among its parameters and
+    the Store as `self.store`: called with the requestId of an earlier call, it answers that
+    call's operation and changes nothing. The store's lock is held from the check through the
+    change, so two retries at once make one change (so the method makes no worker-plane call,
+    which blocks: `set_metadata` checks by hand)."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        named = signature.bind(self, *args, **kwargs).arguments
+        store: Store = self.store
+        with store.lock:
+            replay = store.replay(named["project"], named["request_id"])
+            if replay is not None:
+                return replay.to_json()
+            return method(self, *args, **kwargs)
+
+    return cast(Method, call)
