@@ -104,6 +104,7 @@ class Worker:
     root: Path
     run_name: str
     metadata_host: str
+    environment: dict[str, str] = field(default_factory=dict)  # over the defaults below
 
     @property
     def state_dir(self) -> Path:
@@ -123,6 +124,7 @@ class Worker:
             "TPUCTL_VM_ROOT": str(self.root),
             "GCE_METADATA_HOST": self.metadata_host,
             "TPUCTL_HEARTBEAT_SECONDS": "0.2",
+            **self.environment,
         }
 
     def run(self, script: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:

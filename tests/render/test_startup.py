@@ -270,6 +270,28 @@ def test_heartbeat_advances_while_running(
     assert worker.wait_for_state("exited")["exit_code"] == "0"
 
 
+def test_the_last_status_is_the_supervisors_even_when_a_heartbeat_write_is_under_way(
+    make_worker: Callable[..., Any], job_spec: Callable[..., Any], tmp_path: Path
+) -> None:
+    # An `mv` that takes half a second to put a status saying "running" in place: the job
+    # ends while the heartbeat (every 0.05 s) is almost always inside one. Killed there, the
+    # heartbeat's rename would land after the supervisor's last write.
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "mv").write_text(
+        "#!/bin/sh\n"
+        'if grep -q "^state=running" "$2" 2>/dev/null; then sleep 0.5; fi\n'
+        f'exec {shutil.which("mv")} "$@"\n'
+    )
+    (slow / "mv").chmod(0o755)
+    worker = make_worker("demo")
+    worker.environment.update(PATH=f"{slow}:{os.environ['PATH']}", TPUCTL_HEARTBEAT_SECONDS="0.05")
+    worker.run(render_startup_script(job_spec("sleep 1")))
+    assert worker.wait_for_state("exited")["exit_code"] == "0"
+    time.sleep(1.5)  # three times what a late rename would take
+    assert worker.status()["state"] == "exited"
+
+
 def test_a_spec_without_a_job_has_no_startup_script(job_spec: Callable[..., Any]) -> None:
     spec = job_spec("true")
     with pytest.raises(SpecError):

@@ -863,9 +863,17 @@ supervise() {
   write_status
   log "trainer started as pid $TRAINER_PID${UNIT:+ in unit $UNIT}"
   (
+    # The supervisor's TERM ends this between two writes, never in one: an `mv` of a status
+    # still saying "running" that lands after the supervisor's last write would say so for
+    # ever. Bash runs the trap once its foreground command (that mv) is over; the sleep is
+    # waited for in the background, so the trap ends it at once.
+    sleeper=""
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
     shared_at=$SECONDS
     while kill -0 "$launcher" 2>/dev/null && kill -0 "$supervisor" 2>/dev/null; do
-      sleep "$HEARTBEAT_SECONDS"
+      sleep "$HEARTBEAT_SECONDS" &
+      sleeper=$!
+      wait "$sleeper"
       read_last_step
       write_status
       if ((SECONDS - shared_at >= STATE_HEARTBEAT_SECONDS)); then
@@ -892,7 +900,8 @@ supervise() {
   done
   # 127: the status was collected by the wait a late signal interrupted.
   if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
-  # The watcher holds no lock: it is not waited for (its metadata read may take seconds).
+  # The watcher holds no lock: it is not waited for (its metadata read may take seconds). The
+  # heartbeat is, to the end of a write it was in: this shell's writes come after its last.
   kill "$heartbeat_pid" "$run_end_pid" $platform_pid 2>/dev/null
   wait "$heartbeat_pid" 2>/dev/null
   EXIT_CODE=$rc
