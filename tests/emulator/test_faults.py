@@ -62,18 +62,21 @@ def record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _running(tag: str) -> list[int]:
-    """Pids whose command line mentions `tag`."""
-    pids = []
+    """Pids whose command line mentions `tag`, but for the children of one that does: a
+    `sleep` or `grep` its bash loop forks has the loop's command line until it execs."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if tag.encode() in handle.read():
-                    pids.append(int(entry))
-        except OSError:
+                if tag.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-    return pids
+    return sorted(pid for pid, parent in parents.items() if parent not in parents)
 
 
 def _events(emulator: EmulatorProcess, name: str, since: int = 0) -> list[dict[str, Any]]:
