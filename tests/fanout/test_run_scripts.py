@@ -150,11 +150,35 @@ def test_a_detached_run_records_what_ps_reads(tmp_path: Path, shell: str) -> Non
         assert time.monotonic() < deadline, "the run did not record its exit"
         time.sleep(0.02)
     assert (run / "exit").read_text() == "5\n" and not (run / "exit.tmp").exists()
-    assert (run / "pid").read_text() == started.split()[1].decode() + "\n"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert (run / "pid").read_text() == f"{started.split()[1].decode()} {boot}\n"
     assert before <= int((run / "started").read_text()) <= time.time() + 1
     state = remote.parse_state(_run(remote.status_script(None), tmp_path, shell=shell).decode())
     assert state is not None
     assert (state.state, state.run, state.exit_code, state.last_line) == ("exited", "r9", 5, "out")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_run_of_an_earlier_boot_is_not_running_whatever_has_its_pid_now(
+    tmp_path: Path, leader: int, shell: str
+) -> None:
+    # After a maintenance reboot, the number a run's leader had names another process (here
+    # a live session leader) or none: not the run, which ps must not call running, stop must
+    # not kill and logs --follow must not follow until that process ends.
+    _make_run(tmp_path, "old", pid=f"{leader} an-earlier-boot\n", log="before the reboot\n")
+    status = _run(remote.status_script(None), tmp_path, shell=shell).decode()
+    state = remote.parse_state(status)
+    assert state is not None and (state.state, state.run, state.pid) == ("unknown", "old", None)
+    stopped = _run(remote.stop_script(None, 1.0), tmp_path, shell=shell).decode()
+    assert stopped.startswith("state=not-running run=old")
+    os.kill(leader, 0)  # still alive
+    logs = remote.logs_script("old", None, follow=True)
+    assert _run(logs, tmp_path, shell=shell) == b"before the reboot\n"
+    # The same pid recorded in this boot is the run's.
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    _make_run(tmp_path, "old", pid=f"{leader} {boot}\n")
+    state = remote.parse_state(_run(remote.status_script(None), tmp_path, shell=shell).decode())
+    assert state is not None and (state.state, state.pid) == ("running", leader)
 
 
 @pytest.mark.parametrize("shell", SHELLS)

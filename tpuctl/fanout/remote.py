@@ -87,6 +87,9 @@ TAIL_BYTES = (
 
 # ------------------------------------------------------------------------------ detached runs
 
+# This boot of the VM (the kernel's id for it): a run's pid file keeps the boot it started in.
+_BOOT = 'boot=""; read -r boot 2>/dev/null </proc/sys/kernel/random/boot_id; '
+
 # The session leader of a detached run (setsid; HUP ignored, which is all nohup does when
 # output already goes to a file), a bash. It records its start time (`started`: the epoch,
 # from the printf builtin), runs the command in a subshell (a fork, no exec: cheaper than
@@ -120,7 +123,8 @@ def start_script(run_id: str, command: str, *, workdir: str | None = None) -> st
         f'printf "%s\\n" {run_id} >"{RUNS_DIR}/latest"; '
         f'setsid bash -c {shlex.quote(_WRAPPER)} tpuctl-run "$d" {shlex.quote(command)} '
         "</dev/null >/dev/null 2>&1 & "
-        'printf "%s\\n" "$!" >"$d/pid"; printf "started %s\\n" "$!"'
+        + _BOOT
+        + 'printf "%s %s\\n" "$!" "$boot" >"$d/pid"; printf "started %s\\n" "$!"'
     )
 
 
@@ -137,7 +141,14 @@ def _resolve_run(run_id: str | None, *, pid: bool = True, none: str = _NO_RUN) -
     return (
         f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
         f'if [ -z "$id" ] || [ ! -d "$d" ]; then {none}; fi; '
-        + ('pid=""; read -r pid 2>/dev/null <"$d/pid"; ' if pid else "")
+        + (
+            _BOOT + 'pid=""; b=""; read -r pid b 2>/dev/null <"$d/pid"; '
+            # Recorded in an earlier boot (a maintenance reboot): that number names another
+            # process now, or none. A pid file without a boot is from before it was kept.
+            '[ -z "$b" ] || [ "$b" = "$boot" ] || pid=""; '
+            if pid
+            else ""
+        )
     )
 
 
@@ -183,10 +194,16 @@ def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
     )
     # A run's directory, log and pid are there once its start returns (start_script), so a
     # `tpuctl run` that follows at once finds them.
+    shown = tail_command('"$d/log"', lines, follow=None)
+    if follow:
+        # Until the run's process ends; a run with none in this boot is over: its log as is.
+        shown = f'[ -n "$pid" ] || {shown}; ' + tail_command(
+            '"$d/log"', lines, follow='--pid="$pid"'
+        )
     return (
         _resolve_run(run_id, pid=follow, none=missing)
         + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
-        + (tail_command('"$d/log"', lines, follow='--pid="$pid"' if follow else None))
+        + shown
     )
 
 
