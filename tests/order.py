@@ -111,9 +111,8 @@ def spread_slow_tests(
         left = max(0, size - len(heads[share]) - len(first))  # the share's other tests
         # The slow tests mostly wait on their emulators: runs of the rest between them keep
         # both cores busy, and the end of the share (what idle processes steal) has none.
-        # The shares whose longest tests are shorter start with a part of a run (none for
-        # the first share, most of one for the last), so the slow tests do not all start
-        # waiting at once.
+        # Each later share starts with a longer part of a run (none for the first share,
+        # most of one for the last), so the slow tests do not all start waiting at once.
         lead = share / workers if heads[share] else 0.0
         gap = spread * left * mean / max(1.0, len(heads[share]) + lead)
         runs = [gap * lead] + [gap] * len(heads[share])
