@@ -899,9 +899,13 @@ supervise() {
   # 127: the status was collected by the wait a late signal interrupted.
   if ((rc == 127)) && [[ -n $previous ]]; then rc=$previous; fi
   # The watcher holds no lock: it is not waited for (its metadata read may take seconds). The
-  # heartbeat is, to the end of a write it was in: this shell's writes come after its last.
+  # heartbeat is, to the end of a write it was in: this shell's writes come after its last
+  # (again after a signal this shell traps cut a wait short).
   kill "$heartbeat_pid" "$run_end_pid" $platform_pid 2>/dev/null
-  wait "$heartbeat_pid" 2>/dev/null
+  for _ in 1 2 3; do
+    wait "$heartbeat_pid" 2>/dev/null
+    kill -0 "$heartbeat_pid" 2>/dev/null || break
+  done
   EXIT_CODE=$rc
   read_last_step
   # With target_step, the checkpoints say whether the job has finished: record it for good.
