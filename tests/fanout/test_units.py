@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 from tpuctl.errors import ExitCode, UsageError
 from tpuctl.fanout import remote
+from tpuctl.fanout.connection import ConnectOptions
+from tpuctl.fanout.operations import Fleet
 from tpuctl.fanout.results import FanoutResult, WorkerResult
 from tpuctl.fanout.targets import WorkerTarget, parse_selector, select, ssh_port
 
@@ -168,3 +171,13 @@ def test_a_downloaded_archive_never_writes_outside_its_directory(tmp_path: Path,
             _extract(archive, into)
         assert not list(into.rglob("evil")) if into.exists() else True
     assert not (tmp_path / "evil").exists()
+
+
+def test_a_fleet_connecting_within_a_shorter_time_changes_only_that() -> None:
+    targets = [WorkerTarget(0, "n", 0, "10.0.0.1")]
+    connect = ConnectOptions(user="u", pkey=None, connect_timeout=20.0, keepalive=7.0)
+    fleet = Fleet("qr", targets, connect, key=cast(Any, None), user="u")
+    short = fleet.connecting_within(5.0)
+    assert short.connect.connect_timeout == 5.0 and fleet.connect.connect_timeout == 20.0
+    assert short.connect.keepalive == 7.0 and short.targets == targets
+    assert fleet.connecting_within(60.0) is fleet  # never longer than the fleet's own

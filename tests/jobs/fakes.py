@@ -203,8 +203,9 @@ class FakeJobs:
         self.logs: dict[int, str] = {}  # boot → the log's text
         self.marked_done: str | None = None
         self.tails: dict[str, str] = {}  # label → the log tail log_tails gives
-        # A worker going down: a read given a shorter connect timeout gets nothing, after
-        # `going_down(timeout)` (a test's script of what happens meanwhile); each is recorded.
+        # A worker going down: a read through a fleet shortened by connecting_within gets
+        # nothing, after `going_down(timeout)` (a test's script of what happens meanwhile);
+        # each timeout is recorded.
         self.going_down: Callable[[float], None] | None = None
         self.connect_timeouts: list[float] = []
         self._pids = 100
@@ -256,18 +257,11 @@ class FakeJobs:
     def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
         return {label: self.tails.get(label, f"last line of {label}\n") for label in self.workers}
 
-    def read_log(
-        self,
-        fleet: Fleet,
-        spec: Spec,
-        target: WorkerTarget,
-        boot: int | None,
-        *,
-        connect_timeout: float | None = None,
-    ) -> str:
-        if connect_timeout is not None and self.going_down is not None:
-            self.connect_timeouts.append(connect_timeout)
-            self.going_down(connect_timeout)
+    def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
+        timeout = getattr(fleet, "connect_timeout", None)  # the fake fleet's, once shortened
+        if timeout is not None and self.going_down is not None:
+            self.connect_timeouts.append(timeout)
+            self.going_down(timeout)
             return ""
         current = self.workers[target.label].boot or 1
         text = self.logs.get(boot if boot is not None else current)
@@ -329,7 +323,8 @@ class FakeJournal:
 
 
 def fleet(slices: int = 1, workers: int = 2, zone: str | None = None) -> Fleet:
-    """A stand-in Fleet: the babysitter reads only its targets."""
+    """A stand-in Fleet: the babysitter reads only its targets; a drill also shortens its
+    connect timeout (connecting_within), which the fake keeps as `connect_timeout`."""
     targets = [
         WorkerTarget(s, f"job-{s}" if slices > 1 else "job", w, f"10.0.{s}.{w}")
         for s in range(slices)
@@ -337,11 +332,17 @@ def fleet(slices: int = 1, workers: int = 2, zone: str | None = None) -> Fleet:
     ]
 
     class _Fleet:
-        def __init__(self, chosen: Sequence[WorkerTarget] | None = None) -> None:
+        def __init__(
+            self, chosen: Sequence[WorkerTarget] | None = None, within: float | None = None
+        ) -> None:
             self.targets = list(chosen) if chosen is not None else targets
+            self.connect_timeout = within  # None: the fleet's own
 
         def only(self, chosen: Sequence[WorkerTarget]) -> _Fleet:
-            return _Fleet(chosen)
+            return _Fleet(chosen, self.connect_timeout)
+
+        def connecting_within(self, seconds: float) -> _Fleet:
+            return _Fleet(self.targets, seconds)
 
     return cast(Fleet, _Fleet())
 

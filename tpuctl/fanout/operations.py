@@ -60,6 +60,12 @@ class Fleet:
     def only(self, targets: Sequence[WorkerTarget]) -> Fleet:
         return replace(self, targets=list(targets))
 
+    def connecting_within(self, seconds: float) -> Fleet:
+        """This fleet, giving up on a connection after `seconds` when that is sooner."""
+        if seconds >= self.connect.connect_timeout:
+            return self
+        return replace(self, connect=replace(self.connect, connect_timeout=seconds))
+
 
 # ------------------------------------------------------------------------------- commands
 

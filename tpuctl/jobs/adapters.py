@@ -8,7 +8,6 @@ and a fake clock; the CLI passes the real ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -204,17 +203,8 @@ class JobOps(Protocol):
         """Write the done marker on every worker's disk (a spec without checkpoint.dir)."""
         ...
 
-    def read_log(
-        self,
-        fleet: Fleet,
-        spec: Spec,
-        target: WorkerTarget,
-        boot: int | None,
-        *,
-        connect_timeout: float | None = None,
-    ) -> str:
-        """Worker `target`'s job log (`current.log`, or `boot-<boot>.log`); "" when absent.
-        `connect_timeout`, when shorter, replaces the fleet's (a worker going down)."""
+    def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
+        """Worker `target`'s job log (`current.log`, or `boot-<boot>.log`); "" when absent."""
         ...
 
     def log_tails(self, fleet: Fleet, spec: Spec, lines: int) -> dict[str, str]:
@@ -291,23 +281,12 @@ class FanoutJobOps:
 
         return control.mark_done(fleet, spec, reason)
 
-    def read_log(
-        self,
-        fleet: Fleet,
-        spec: Spec,
-        target: WorkerTarget,
-        boot: int | None,
-        *,
-        connect_timeout: float | None = None,
-    ) -> str:
+    def read_log(self, fleet: Fleet, spec: Spec, target: WorkerTarget, boot: int | None) -> str:
         from tpuctl.fanout.engine import run_fanout
         from tpuctl.jobs.scripts import read_log_script
 
         options = fleet.options(keep_output=True, timeout=30.0)
-        connect = fleet.connect
-        if connect_timeout is not None and connect_timeout < connect.connect_timeout:
-            connect = replace(connect, connect_timeout=connect_timeout)
-        result = run_fanout([target], read_log_script(spec.run_name, boot), connect, options)
+        result = run_fanout([target], read_log_script(spec.run_name, boot), fleet.connect, options)
         worker = result.results[0]
         if not worker.ok:
             return ""

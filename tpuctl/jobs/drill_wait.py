@@ -104,9 +104,10 @@ class DrillWaits:
         `connect_timeout` shortens the fleet's for a worker that may be going down."""
         inputs = self.inputs
         try:
-            return inputs.jobs.read_log(
-                inputs.fleet.get(), inputs.job_spec, target, boot, connect_timeout=connect_timeout
-            )
+            fleet = inputs.fleet.get()
+            if connect_timeout is not None:
+                fleet = fleet.connecting_within(connect_timeout)
+            return inputs.jobs.read_log(fleet, inputs.job_spec, target, boot)
         except TpuctlError:
             return ""
 
