@@ -31,20 +31,30 @@ class GroupMethods:
     ctx: Context
 
     def _record(
-        self,
-        records: dict[str, Any],
-        record: TemplateRecord | PolicyRecord,
-        scope: Scope,
-        request_id: str,
+        self, records: dict[str, Any], record: TemplateRecord | PolicyRecord, request_id: str
     ) -> dict[str, Any]:
         """Keep a new template or policy: its insert's operation is over as it starts."""
         if record.link in records:
             raise already_exists(record.link)
         records[record.link] = record
+        return self._done(record, "insert", request_id)
+
+    def _drop(
+        self, records: dict[str, Any], record: TemplateRecord | PolicyRecord, request_id: str
+    ) -> dict[str, Any]:
+        """Delete a template or policy no MIG uses, in one step as its insert."""
+        what = "template" if isinstance(record, TemplateRecord) else "policy"
+        groups.check_unused(self.store, record.link, what)
+        del records[record.link]
+        return self._done(record, "delete", request_id)
+
+    def _done(
+        self, record: TemplateRecord | PolicyRecord, verb: str, request_id: str
+    ) -> dict[str, Any]:
         return self.store.start_operation(
             record.project,
-            scope,
-            "insert",
+            record.scope,
+            verb,
             record.link,
             record.id,
             request_id=request_id,
@@ -59,8 +69,7 @@ class GroupMethods:
         name = check_name(body.get("name"))
         groups.check_template(body)
         template = TemplateRecord(project, region, name, body, self.store.clock.wall())
-        scope: Scope = ("regions", region) if region else ("global", "")
-        return self._record(self.store.templates, template, scope, request_id)
+        return self._record(self.store.templates, template, request_id)
 
     def get_template(self, project: str, region: str | None, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -87,20 +96,7 @@ class GroupMethods:
     def delete_template(
         self, project: str, region: str | None, name: str, request_id: str
     ) -> dict[str, Any]:
-        store = self.store
-        template = self._template(project, region, name)
-        groups.check_unused(store, template.link, "template")
-        del store.templates[template.link]
-        scope: Scope = ("regions", region) if region else ("global", "")
-        return store.start_operation(
-            project,
-            scope,
-            "delete",
-            template.link,
-            template.id,
-            request_id=request_id,
-            done=True,
-        ).to_json()
+        return self._drop(self.store.templates, self._template(project, region, name), request_id)
 
     def _template(self, project: str, region: str | None, name: str) -> TemplateRecord:
         key = (
@@ -121,7 +117,7 @@ class GroupMethods:
         name = check_name(body.get("name"))
         groups.check_policy(body)
         policy = PolicyRecord(project, region, name, body, self.store.clock.wall())
-        return self._record(self.store.policies, policy, ("regions", region), request_id)
+        return self._record(self.store.policies, policy, request_id)
 
     def get_policy(self, project: str, region: str, name: str) -> dict[str, Any]:
         with self.store.lock:
@@ -145,19 +141,7 @@ class GroupMethods:
     def delete_policy(
         self, project: str, region: str, name: str, request_id: str
     ) -> dict[str, Any]:
-        store = self.store
-        policy = self._policy(project, region, name)
-        groups.check_unused(store, policy.link, "policy")
-        del store.policies[policy.link]
-        return store.start_operation(
-            project,
-            ("regions", region),
-            "delete",
-            policy.link,
-            policy.id,
-            request_id=request_id,
-            done=True,
-        ).to_json()
+        return self._drop(self.store.policies, self._policy(project, region, name), request_id)
 
     def _policy(self, project: str, region: str, name: str) -> PolicyRecord:
         key = link(project, "regions", region, "resourcePolicies", name)

@@ -179,10 +179,12 @@ class TemplateRecord:
     id: str = field(default_factory=new_id)
 
     @property
+    def scope(self) -> Scope:
+        return ("regions", self.region) if self.region else ("global", "")
+
+    @property
     def link(self) -> str:
-        if self.region is None:
-            return link(self.project, "global", "instanceTemplates", self.name)
-        return link(self.project, "regions", self.region, "instanceTemplates", self.name)
+        return link(self.project, *self.scope, "instanceTemplates", self.name)
 
 
 @dataclass
@@ -195,8 +197,12 @@ class PolicyRecord:
     id: str = field(default_factory=new_id)
 
     @property
+    def scope(self) -> Scope:
+        return ("regions", self.region)
+
+    @property
     def link(self) -> str:
-        return link(self.project, "regions", self.region, "resourcePolicies", self.name)
+        return link(self.project, *self.scope, "resourcePolicies", self.name)
 
 
 @dataclass
