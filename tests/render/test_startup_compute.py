@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.render.test_startup import UNTIL_RELEASED, _sh_quote
+from tests.support import wait_for_bytes
 from tpuctl.render.startup import render_startup_script
 
 COMPUTE_ATTRIBUTES = {
@@ -74,12 +75,16 @@ def _saving_trainer() -> str:
 def _start_saving(
     make_worker: Callable[..., Any], job_spec: Callable[..., Any], reap: list[int]
 ) -> Any:
-    """A worker of one Compute Engine slice running a trainer that saves on SIGTERM."""
+    """A worker of one Compute Engine slice running a trainer that saves on SIGTERM, returned
+    once the trainer has its handler: a SIGTERM before that ends it unsaved, as it would any
+    trainer, which is not what these tests are about."""
     worker = make_worker("demo")
+    worker.environment["TPUCTL_PLATFORM_POLL_SECONDS"] = "1"  # the shortest pause it takes
     assert worker.run(render_startup_script(job_spec(_saving_trainer(), slices=1))).returncode == 0
     status = worker.wait_for_state("running", "exited")
     if status.get("pid", "").isdigit():
         reap.append(int(status["pid"]))
+    wait_for_bytes(worker.root / "home/tpuctl/started", 10, "the trainer's SIGTERM handler")
     return worker
 
 
@@ -109,16 +114,16 @@ def test_announced_maintenance_stops_the_trainer_before_its_window(
     _reap_trainers: list[int],
 ) -> None:
     metadata_server.attributes = dict(COMPUTE_ATTRIBUTES)
-    # The window starts now: well within the lead (the job's grace) before it.
-    metadata_server.instance = {
-        "preempted": "FALSE",
-        "maintenance-event": "NONE",
-        "upcoming-maintenance": '{"can_reschedule": false, "type": "SCHEDULED", '
-        '"window_start_time": "2020-01-01T00:00:00Z", "maintenance_status": "PENDING"}',
-    }
+    metadata_server.instance = {"preempted": "FALSE", "maintenance-event": "NONE"}
     worker = _start_saving(make_worker, job_spec, _reap_trainers)
+    # The window starts now: well within the lead (the job's grace) before it.
+    metadata_server.instance["upcoming-maintenance"] = (
+        '{"can_reschedule": false, "type": "SCHEDULED", '
+        '"window_start_time": "2020-01-01T00:00:00Z", "maintenance_status": "PENDING"}'
+    )
     status = worker.wait_for_state("exited")
     assert status["reason"] == "forwarded SIGTERM"
+    assert (worker.root / "home/tpuctl/saved").read_text() == "saved"
     log = (worker.log_dir / "boot-1.log").read_text()
     assert "host maintenance at 2020-01-01T00:00:00Z: stopping the trainer" in log
 
