@@ -17,13 +17,13 @@ def test_detached_run_ps_logs_and_stop_with_children(tpuctl: Project, qr: QR) ->
     pids = {label: row["detail"]["pid"] for label, row in by_label(started).items()}
     assert set(pids) == set(qr.labels()) and all(pids.values())
     homes = {f"{s}/{w}": qr.home(s, w) for s in range(2) for w in range(qr.workers_per_node)}
-    run_dir = {label: home / ".tpuctl" / "runs" / run_id for label, home in homes.items()}
+    runs = {label: home / ".tpuctl" / "runs" for label, home in homes.items()}
     children = {
         label: int(wait_for_bytes(home / "child.pid", 10, f"{label}'s child"))
         for label, home in homes.items()
     }
     assert all(pid_alive(pid) for pid in [*pids.values(), *children.values()])
-    assert (run_dir["0/0"] / "command").read_text() == SPAWNS_A_CHILD + "\n"
+    assert (runs["0/0"] / f"{run_id}.command").read_text() == SPAWNS_A_CHILD + "\n"
 
     ps = tpuctl("ps", qr.name, "--format", "json")  # the latest run
     assert ps.exit_code == 0, ps.stderr

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.fanout.helpers import pid_alive
+from tests.support import wait_for, wait_for_bytes
 from tpuctl.fanout import remote
 from tpuctl.fanout.remote import RunState
 
@@ -27,22 +30,33 @@ SUPERVISOR = " tpuctl-startup: "
 
 def _run(script: str, home: Path, *, shell: str = "bash", path: str | None = None) -> bytes:
     env = {"HOME": str(home), "PATH": os.environ["PATH"] if path is None else path}
+    # A session of its own, as sshd gives each command.
     done = subprocess.run(
-        [shell, "-c", script], env=env, capture_output=True, timeout=30, check=False
-    )
+        [shell, "-c", script], env=env, capture_output=True, timeout=30, check=False,
+        start_new_session=True,
+    )  # fmt: skip
     assert done.returncode == 0 and not done.stderr, done.stderr
     return done.stdout
 
 
-def _make_run(home: Path, run_id: str, *, latest: bool = True, **files: str | bytes) -> Path:
-    run = home / ".tpuctl" / "runs" / run_id
-    run.mkdir(parents=True, exist_ok=True)
+def _make_run(
+    home: Path, run_id: str, *, latest: bool = True, earlier: bool = False, **files: str | bytes
+) -> Callable[[str], Path]:
+    """A run's files, `runs/<id>.<name>` (`runs/<id>/<name>` for a run of an `earlier`
+    version); returns the path of its file of a name."""
+    runs = home / ".tpuctl" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    prefix = f"{run_id}/" if earlier else f"{run_id}."
+    if earlier:
+        (runs / run_id).mkdir(exist_ok=True)
+    else:
+        files.setdefault("log", "")  # a start writes it first
     for name, content in files.items():
         data = content.encode() if isinstance(content, str) else content
-        (run / name).write_bytes(data)
+        (runs / f"{prefix}{name}").write_bytes(data)
     if latest:
-        (home / ".tpuctl" / "runs" / "latest").write_text(run_id + "\n")
-    return run
+        (runs / "latest").write_text(run_id + "\n")
+    return lambda name: runs / f"{prefix}{name}"
 
 
 @pytest.fixture
@@ -96,11 +110,64 @@ def test_ps_states_under_every_shell(tmp_path: Path, leader: int, shell: str) ->
     assert [getattr(state(run), "state", None) for run in ("writing", "killed", "lost", "x")] == [
         "running", "stopped", "unknown", "none",
     ]  # fmt: skip
+    # Runs of an earlier version, each in a directory of its own, are read as they were.
+    _make_run(tmp_path, "dir-live", latest=False, earlier=True, pid=f"{leader}\n", log="")
+    _make_run(tmp_path, "dir-done", latest=False, earlier=True, pid="999999\n", exit="2\n")
+    assert [getattr(state(run), "state", None) for run in ("dir-live", "dir-done")] == [
+        "running", "exited",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_detached_command_runs_as_written_in_the_run_s_leader(tmp_path: Path, shell: str) -> None:
+    # Quotes, a newline and bytes that are not UTF-8 arrive as written; `$$` is the run's
+    # leader (the pid ps and stop use), as in any shell that runs a command line.
+    raw = os.fsdecode(b"caf\xe9")
+    command = f'echo "it\'s $$" >"$HOME/out"\nprintf \'%s\' \'{raw}\' >>"$HOME/out"'
+    started = _run(remote.start_script("r4", command), tmp_path, shell=shell)
+    pid = started.split()[1]
+    wait_for((tmp_path / ".tpuctl/runs/r4.exit").exists, 10, "the run to end")
+    assert (tmp_path / "out").read_bytes() == b"it's " + pid + b"\ncaf\xe9"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_stop_reaches_what_left_the_run_s_process_group(tmp_path: Path, shell: str) -> None:
+    # A process that made a group of its own is still in the session the run was started
+    # in (sshd's for the start), which stop signals too.
+    escape = (
+        "import os, time; os.setpgid(0, 0); "
+        "open(os.environ['HOME'] + '/escaped', 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    command = f"{shutil.which('python3')} -c {shlex.quote(escape)} & sleep 60"
+    started = _run(remote.start_script("r3", command), tmp_path, shell=shell)
+    leader_pid = int(started.split()[1])
+    escaped = int(wait_for_bytes(tmp_path / "escaped", 10, "the process to leave the group"))
+    try:
+        assert os.getpgid(escaped) == escaped != os.getpgid(leader_pid) == leader_pid
+        stopped = _run(remote.stop_script(None, 5.0), tmp_path, shell=shell).decode()
+        assert stopped.startswith("state=stopped run=r3")
+        wait_for(lambda: not pid_alive(escaped), 10, "the escaped process to end")
+    finally:
+        for pid in (escaped, leader_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def test_stop_of_a_run_of_an_earlier_version_signals_its_session(
+    tmp_path: Path, leader: int
+) -> None:
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    _make_run(tmp_path, "old", earlier=True, pid=f"{leader} {boot}\n", log="")
+    stopped = _run(remote.stop_script(None, 5.0), tmp_path).decode()
+    assert stopped.startswith("state=stopped run=old")
+    assert (tmp_path / ".tpuctl/runs/old/stopped").exists()
+    wait_for(lambda: not pid_alive(leader), 10, "the run's leader to end")
 
 
 def test_ps_of_a_run_started_before_the_started_file(tmp_path: Path) -> None:
-    run = _make_run(tmp_path, "old", pid="999999\n", exit="0\n")
-    os.utime(run / "pid", (1600000000, 1600000000))
+    # A run of an earlier version, in a directory of its own.
+    run = _make_run(tmp_path, "old", earlier=True, pid="999999\n", exit="0\n")
+    os.utime(run("pid"), (1600000000, 1600000000))
     state = remote.parse_state(_run(remote.status_script("old"), tmp_path).decode())
     assert state is not None and state.started is not None
     assert state.started.timestamp() == 1600000000  # the pid file's mtime, as it always was
@@ -144,15 +211,22 @@ def test_a_detached_run_records_what_ps_reads(tmp_path: Path, shell: str) -> Non
     before = int(time.time())
     started = _run(remote.start_script("r9", "echo out; exit 5"), tmp_path, shell=shell)
     assert started.startswith(b"started ")
-    run = tmp_path / ".tpuctl" / "runs" / "r9"
+    runs = tmp_path / ".tpuctl" / "runs"
     deadline = time.monotonic() + 10
-    while not (run / "exit").exists() or not (run / "exit").read_text():
+    while not (runs / "r9.exit").exists() or not (runs / "r9.exit").read_text():
         assert time.monotonic() < deadline, "the run did not record its exit"
         time.sleep(0.02)
-    assert (run / "exit").read_text() == "5\n" and not (run / "exit.tmp").exists()
+    # Files, no directory for the run (no `mkdir` process after the first run).
+    assert sorted(path.name for path in runs.iterdir()) == [
+        "latest", "r9.command", "r9.exit", "r9.log", "r9.pid", "r9.started",
+    ]  # fmt: skip
+    assert (runs / "r9.exit").read_text() == "5\n"
+    assert (runs / "r9.command").read_text() == "echo out; exit 5\n"
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    assert (run / "pid").read_text() == f"{started.split()[1].decode()} {boot}\n"
-    assert before <= int((run / "started").read_text()) <= time.time() + 1
+    pid, recorded_boot, session = (runs / "r9.pid").read_text().split()
+    assert pid == started.split()[1].decode() and recorded_boot == boot
+    assert session == "-" or session.isdigit()
+    assert before <= int((runs / "r9.started").read_text()) <= time.time() + 1
     state = remote.parse_state(_run(remote.status_script(None), tmp_path, shell=shell).decode())
     assert state is not None
     assert (state.state, state.run, state.exit_code, state.last_line) == ("exited", "r9", 5, "out")
@@ -183,22 +257,22 @@ def test_a_run_of_an_earlier_boot_is_not_running_whatever_has_its_pid_now(
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_run_is_found_the_moment_its_start_returns(tmp_path: Path, shell: str) -> None:
-    # A session leader that is slow to get the CPU, as on a loaded worker: a setsid that
-    # waits before it execs the real one (the same process, so $! is still the leader).
+    # A leader that is slow to get the CPU, as on a loaded worker: a bash that waits before
+    # it execs the real one (the same process, so $! is still the leader).
     slow = tmp_path / "bin"
     slow.mkdir()
-    (slow / "setsid").write_text(f'#!/bin/sh\nsleep 1\nexec {shutil.which("setsid")} "$@"\n')
-    (slow / "setsid").chmod(0o755)
+    (slow / "bash").write_text(f'#!/bin/sh\nsleep 1\nexec {BASH} "$@"\n')
+    (slow / "bash").chmod(0o755)
     path = f"{slow}:{os.environ['PATH']}"
     started = _run(remote.start_script("r7", "echo hi; sleep 60"), tmp_path, shell=shell, path=path)
     pid = int(started.split()[1])
     try:
-        status = _run(remote.status_script(None), tmp_path, shell=shell, path=path).decode()
+        status = _run(remote.status_script(None), tmp_path, shell=shell).decode()
         state = remote.parse_state(status)
         assert state is not None and (state.state, state.run, state.pid) == ("running", "r7", pid)
         logs = remote.logs_script(None, None, follow=False)
-        assert _run(logs, tmp_path, shell=shell, path=path) == b""  # its log, empty so far
-    finally:  # the session once the leader is in it, else the leader, still the slow setsid
+        assert _run(logs, tmp_path, shell=shell) == b""  # its log, empty so far
+    finally:  # the group once the leader is in it, else the leader, still the slow bash
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, 9)
         with contextlib.suppress(ProcessLookupError):

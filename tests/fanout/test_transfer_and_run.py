@@ -79,7 +79,7 @@ def test_run_frees_the_tpu_and_starts_the_job(tpuctl: Project, qr: QR, tmp_path:
     run_id = data["run"]
     home = qr.home(0, 0)
     assert (home / "job" / "setup.marker").read_text() == "setup-done\n"
-    log = home / ".tpuctl" / "runs" / run_id / "log"
+    log = home / ".tpuctl" / "runs" / f"{run_id}.log"
     wait_for(lambda: log.exists() and "job ran" in log.read_text(), 10, "the job's output")
     assert 'GREETING=it\'s "quoted" $HOME `x` in ' in log.read_text()
     assert log.read_text().strip().endswith("/job")

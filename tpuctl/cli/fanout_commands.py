@@ -102,8 +102,8 @@ def ssh(
     several are an argv, each word quoted so it arrives as given (`-- python3 -c 'print(1)'`).
     Output is streamed as `[slice/worker] line` on stdout, then a table of every worker's exit
     code, duration and status on stderr (on stdout with --output-dir, where stdout has
-    nothing else). --detach starts COMMAND in its own session on every worker (see ps,
-    logs, stop).
+    nothing else). --detach starts COMMAND in a process group of its own on every
+    worker (see ps, logs, stop).
 
     Stdin: COMMAND reads EOF at once, so nothing waits for input; with --stdin it reads the
     bytes of local stdin (read once, the same on every worker), then EOF.

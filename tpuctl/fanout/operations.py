@@ -101,8 +101,8 @@ def start_detached(
     workdir: str | None = None,
     on_event: EventCallback | None = None,
 ) -> FanoutResult:
-    """Start `command` in its own session on every worker (run dir ~/.tpuctl/runs/<id>) and
-    return once it has started everywhere; `run` names the run."""
+    """Start `command` in a process group of its own on every worker (its files:
+    ~/.tpuctl/runs/<id>.*) and return once it has started everywhere; `run` names the run."""
     chosen = remote.check_run_id(run_id) if run_id else remote.new_run_id()
     script = remote.start_script(chosen, command, workdir=workdir)
     result = run_fanout(fleet.targets, script, fleet.connect, fleet.options(), on_event=on_event)

@@ -88,43 +88,63 @@ TAIL_BYTES = (
 # ------------------------------------------------------------------------------ detached runs
 
 # This boot of the VM (the kernel's id for it): a run's pid file keeps the boot it started in.
-_BOOT = 'boot=""; read -r boot 2>/dev/null </proc/sys/kernel/random/boot_id; '
+_BOOT = 'boot=""; read -r boot 2>/dev/null </proc/sys/kernel/random/boot_id; boot=${boot:--}; '
 
-# The session leader of a detached run (setsid; HUP ignored, which is all nohup does when
-# output already goes to a file), a bash. It records its start time (`started`: the epoch,
-# from the printf builtin), runs the command in a subshell (a fork, no exec: cheaper than
-# `bash -c`) with TERM/INT back to their defaults, and records the exit status; with TERM
-# trapped here, a TERM to the process group reaches the command while this shell waits and
-# records the status (143) instead of dying first. `exit` is written in place, not renamed
+# A run's files are `$R/<id>.<name>` (log, pid, command, started, exit, stopped), with
+# `$R/latest` naming the latest run: no directory per run, so starting one costs no `mkdir`
+# process once $R exists. Runs started by earlier versions have a directory, `$R/<id>/<name>`;
+# `$p` is the prefix either way.
+
+# The leader of a detached run: a bash started as a background job with job control on
+# (`set -m`), so it leads a process group of its own with no `setsid` process (its session is the
+# start's: see _START). It ignores HUP (all nohup does when output goes to a file), records the
+# command and its start (the printf builtin's epoch), runs the command in a subshell (a fork, no
+# exec: `$$` there is this leader) with TERM and INT at their defaults, and records the exit
+# status; with TERM trapped here, a TERM to the group reaches the command while this shell
+# waits, which then records 143 instead of dying first. `exit` is written in place, not renamed
 # into place (no `mv` process): its few bytes arrive in one write, and readers take an empty
 # `exit` for not written yet (`-s`), while this shell, still alive, keeps the run running.
-_WRAPPER = (
-    'd=$1; printf "%s\\n" "$2" >"$d/command"; printf "%(%s)T\\n" -1 >"$d/started"; '
+_LEADER = (
+    'p=$1; printf "%s\\n" "$2" >"${p}command"; printf "%(%s)T\\n" -1 >"${p}started"; '
     "trap '' HUP; trap : TERM INT; "
-    '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"$d/log" 2>&1; '
-    'printf "%s\\n" "$?" >"$d/exit"'
+    '( trap - TERM INT; c=$2; set --; eval "$c" ) </dev/null >>"${p}log" 2>&1; '
+    'printf "%s\\n" "$?" >"${p}exit"'
+)
+
+# The start, in bash. The pid file holds the leader's pid (its group's), the boot, and the
+# session the start shell leads ("-": none; sshd makes one for each command), which holds the
+# run once that shell has exited: `stop` signals the group and the session, so a process
+# that left the group is still reached. Linux reuses no number a group or session still has.
+_START = (
+    '[ -d "$R" ] || mkdir -p "$R" || exit 1; : >>"${p}log" || exit 1; '
+    'printf "%s\\n" "$id" >"$R/latest"; '
+    + _BOOT
+    + 'sid=""; read -r _ _ _ _ _ sid _ 2>/dev/null </proc/$$/stat; [ "$sid" = "$$" ] || sid=""; '
+    f'set -m; bash -c {shlex.quote(_LEADER)} tpuctl-run "$p" "$c" </dev/null >/dev/null 2>&1 & '
+    'printf "%s %s %s\\n" "$!" "$boot" "${sid:--}" >"${p}pid"; printf "started %s\\n" "$!"'
 )
 
 
 def start_script(run_id: str, command: str, *, workdir: str | None = None) -> str:
-    """Start `command` detached in its own session; prints `started <pid>` and returns at once.
+    """Start `command` detached in a process group of its own; prints `started <pid>` and
+    returns at once.
 
-    The run's directory, its empty log, `latest` and its pid are written before this
-    returns, so a `ps` or `logs` right after it finds the run on every worker. A background
-    job of a non-interactive shell is not a process-group leader, so setsid execs in place
-    and $! is the session leader: the pid, process group and session id. Starting costs the
-    worker a `mkdir` and one fork; the leader's own process is the command's subshell.
+    The run's empty log, `latest` and its pid file are written before this returns, so a
+    `ps` or `logs` right after it finds the run on every worker. Starting costs the worker
+    one process, the leader's bash (and a `mkdir` the first time). The command is in the
+    script once, in `$c`: a login shell that is not bash hands the rest to bash with `$c` as
+    its argument.
     """
     check_run_id(run_id)
-    # `cd … || exit`, not `cd … && setsid … &`: that would background a subshell, not setsid.
+    # `cd … || exit`, not `cd … && …`: a failed cd must not start the run elsewhere.
     where = f"cd {remote_path(workdir)} || exit 1; " if workdir else ""
+    body = (
+        f'[ "$0" != tpuctl-start ] || c=$1; {where}R="{RUNS_DIR}"; id={run_id}; p="$R/$id."; '
+        + _START
+    )
     return (
-        f'{where}d="{RUNS_DIR}"/{run_id}; mkdir -p "$d" || exit 1; : >>"$d/log"; '
-        f'printf "%s\\n" {run_id} >"{RUNS_DIR}/latest"; '
-        f'setsid bash -c {shlex.quote(_WRAPPER)} tpuctl-run "$d" {shlex.quote(command)} '
-        "</dev/null >/dev/null 2>&1 & "
-        + _BOOT
-        + 'printf "%s %s\\n" "$!" "$boot" >"$d/pid"; printf "started %s\\n" "$!"'
+        f"c={shlex.quote(command)}\n"
+        f'[ -n "${{BASH_VERSION-}}" ] || exec bash -c {shlex.quote(body)} tpuctl-start "$c"\n{body}'
     )
 
 
@@ -132,31 +152,38 @@ _NO_RUN = 'echo "state=none run=$id"; exit 0'
 
 
 def _resolve_run(run_id: str | None, *, pid: bool = True, none: str = _NO_RUN) -> str:
-    """POSIX sh: `$R` (the runs), `$id` (the run: `run_id`, else the latest), `$d` (its
-    directory) and, with `pid`, `$pid`; runs `none` (by default: exits after `state=none
-    run=…`) when there is no such run. Files are read by the read builtin (stderr redirected
-    first: a missing file is no error), not `$(cat …)`, a process each."""
+    """POSIX sh: `$R` (the runs), `$id` (the run: `run_id`, else the latest), `$p` (the prefix
+    of its files: `$R/$id.`, or `$R/$id/` for a run of an earlier version) and, with `pid`,
+    `$pid` and `$sid` (its session; its pid for a run that is its session's leader); runs
+    `none` (by default: exits after `state=none run=…`) when there is no such run. Files are
+    read by the read builtin (stderr redirected first: a missing file is no error), not
+    `$(cat …)`, a process each."""
     latest = '""; read -r id 2>/dev/null <"$R/latest"'
     chosen = shlex.quote(check_run_id(run_id)) if run_id else latest
     return (
-        f'R="{RUNS_DIR}"; id={chosen}; d="$R/$id"; '
-        f'if [ -z "$id" ] || [ ! -d "$d" ]; then {none}; fi; '
+        f'R="{RUNS_DIR}"; id={chosen}; p="$R/$id."; '
+        'if [ ! -f "${p}log" ]; then p="$R/$id/"; '
+        f'if [ -z "$id" ] || [ ! -d "$p" ]; then {none}; fi; fi; '
         + (
-            _BOOT + 'pid=""; b=""; read -r pid b 2>/dev/null <"$d/pid"; '
+            _BOOT + 'pid=""; b=""; sid=""; read -r pid b sid 2>/dev/null <"${p}pid"; '
             # Recorded in an earlier boot (a maintenance reboot): that number names another
             # process now, or none. A pid file without a boot is from before it was kept.
             '[ -z "$b" ] || [ "$b" = "$boot" ] || pid=""; '
+            # Its session: the one its start shell led ("-": none), or for a run of an
+            # earlier version (setsid) its own, whose leader it is.
+            'if [ -z "$pid" ] || [ "$sid" = - ]; then sid=""; '
+            'elif [ "${p%/}" != "$p" ]; then sid=$pid; fi; '
             if pid
             else ""
         )
     )
 
 
-# Alive: the session leader, or anything left in its process group or session (pgrep, a
-# process, only once both builtin kills have found nothing).
+# Alive: the leader, or anything left in its process group or session (pgrep, a process,
+# only once both builtin kills have found nothing).
 _ALIVE = (
     'alive() { [ -n "$pid" ] && { kill -0 "$pid" 2>/dev/null || kill -0 -- "-$pid" 2>/dev/null '
-    '|| pgrep -s "$pid" >/dev/null 2>&1; }; }; '
+    '|| { [ -n "$sid" ] && pgrep -s "$sid" >/dev/null 2>&1; }; }; }; '
 )
 
 
@@ -171,16 +198,16 @@ def status_script(run_id: str | None) -> str:
         "LC_ALL=C; "
         + _resolve_run(run_id)
         + _ALIVE
-        + "if [[ -s $d/exit ]]; then s=exited; elif alive; then s=running; "
-        "elif [[ -f $d/stopped ]]; then s=stopped; else s=unknown; fi; "
-        'e=""; read -r e 2>/dev/null <"$d/exit"; '
-        't=""; read -r t 2>/dev/null <"$d/started"; '
+        + "if [[ -s ${p}exit ]]; then s=exited; elif alive; then s=running; "
+        "elif [[ -f ${p}stopped ]]; then s=stopped; else s=unknown; fi; "
+        'e=""; read -r e 2>/dev/null <"${p}exit"; '
+        't=""; read -r t 2>/dev/null <"${p}started"; '
         # A run started before the `started` file: its pid file's mtime.
-        '[[ -n $t ]] || t=$(exec stat -c %Y -- "$d/pid" 2>/dev/null); '
+        '[[ -n $t ]] || t=$(exec stat -c %Y -- "${p}pid" 2>/dev/null); '
         'printf "state=%s run=%s pid=%s exit=%s started=%s\\n" "$s" "$id" "$pid" "$e" "$t"\n'
         + TAIL_BYTES
         # The log's last line (`tail -n 1`: a final newline ends it), on a line of its own.
-        + "tail_bytes 2048 \"$d/log\"; t=${buf%$'\\n'}; t=${t##*$'\\n'}; t=${t//$'\\r'/}\n"
+        + "tail_bytes 2048 \"${p}log\"; t=${buf%$'\\n'}; t=${t##*$'\\n'}; t=${t//$'\\r'/}\n"
         "printf 'last=%s\\n' \"$t\"\n"
     )
 
@@ -192,17 +219,17 @@ def logs_script(run_id: str | None, lines: int | None, *, follow: bool) -> str:
         'if [ -n "$id" ]; then echo "no detached run $id here" >&2; '
         'else echo "no detached run here (--job reads the startup job\'s log)" >&2; fi; exit 1'
     )
-    # A run's directory, log and pid are there once its start returns (start_script), so a
+    # A run's log and pid file are there once its start returns (start_script), so a
     # `tpuctl run` that follows at once finds them.
-    shown = tail_command('"$d/log"', lines, follow=None)
+    shown = tail_command('"${p}log"', lines, follow=None)
     if follow:
         # Until the run's process ends; a run with none in this boot is over: its log as is.
         shown = f'[ -n "$pid" ] || {shown}; ' + tail_command(
-            '"$d/log"', lines, follow='--pid="$pid"'
+            '"${p}log"', lines, follow='--pid="$pid"'
         )
     return (
         _resolve_run(run_id, pid=follow, none=missing)
-        + '[ -f "$d/log" ] || { echo "no log in $d" >&2; exit 1; }; '
+        + '[ -f "${p}log" ] || { echo "no log at ${p}log" >&2; exit 1; }; '
         + shown
     )
 
@@ -225,12 +252,14 @@ def stop_script(run_id: str | None, grace: float) -> str:
         _resolve_run(run_id)
         + _ALIVE
         + 'if ! alive; then echo "state=not-running run=$id pid=$pid"; exit 0; fi; '
-        ': >"$d/stopped"; '
-        'kill -TERM -- "-$pid" 2>/dev/null; pkill -TERM -s "$pid" 2>/dev/null; '
+        ': >"${p}stopped"; '
+        'kill -TERM -- "-$pid" 2>/dev/null; '
+        '[ -z "$sid" ] || pkill -TERM -s "$sid" 2>/dev/null; '
         f"i=0; while [ $i -lt {steps} ]; do "
         'if ! alive; then echo "state=stopped run=$id pid=$pid signal=TERM"; exit 0; fi; '
         "sleep 0.1; i=$((i+1)); done; "
-        'kill -KILL -- "-$pid" 2>/dev/null; pkill -KILL -s "$pid" 2>/dev/null; '
+        'kill -KILL -- "-$pid" 2>/dev/null; '
+        '[ -z "$sid" ] || pkill -KILL -s "$sid" 2>/dev/null; '
         'echo "state=stopped run=$id pid=$pid signal=KILL"'
     )
 
