@@ -28,6 +28,7 @@ from tests.emulator.workers_helpers import (
 )
 from tpuctl.emulator.vms import vm
 from tpuctl.emulator.vms.workers import WorkerInfo, WorkerPlane
+from tpuctl.fanout import remote
 
 SSHD = Path("/usr/sbin/sshd")
 pytestmark = [
@@ -202,6 +203,45 @@ def test_openssh_stop_node_kills_detached_processes(
     wait_for(lambda: not alive(pid), 5, "the process to die")
     assert plane.worker_processes(NODE, 0) == []
     assert run(plane, infos[0], user, key, "echo up").stdout == b"up\n"
+
+
+def test_openssh_detached_run_is_in_the_session_sshd_made_and_stop_ends_it(
+    setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey
+) -> None:
+    """A detached start through a real sshd returns at once, its leader leads a group of its
+    own in the session sshd made for the start (recorded in the pid file), and stop signals
+    both: a child that made a group of its own ends too."""
+    plane, infos = setup
+    user = os_user()
+    escape = "python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(300)'"
+    started = run(
+        plane, infos[1], user, key, remote.start_script("r-ossh", f"{escape} & sleep 300")
+    )
+    assert started.exit_status == 0, started.stderr
+    (leader,) = read_pids(started.stdout.decode())
+    runs = plane.vm_root(NODE, 1) / "home" / user / ".tpuctl" / "runs"
+    pid, _boot, session = (runs / "r-ossh.pid").read_text().split()
+    assert int(pid) == leader == os.getpgid(leader)
+    assert int(session) == os.getsid(leader) != leader  # the start shell's, which sshd made
+    status = run(plane, infos[1], user, key, remote.status_script("r-ossh")).stdout.decode()
+    assert status.startswith(f"state=running run=r-ossh pid={leader} ")
+
+    def escaped() -> list[int]:
+        found = [p for p in plane.worker_processes(NODE, 1) if _ids(p)[1] == int(session)]
+        return found if any(_ids(p)[0] not in (leader, None) for p in found) else []
+
+    in_session = wait_for(escaped, 10, "a process of the run in a group of its own")
+    stopped = run(plane, infos[1], user, key, remote.stop_script("r-ossh", 5.0)).stdout.decode()
+    assert stopped.startswith("state=stopped run=r-ossh")
+    wait_for(lambda: not any(alive(p) for p in in_session), 10, "the run's processes to end")
+
+
+def _ids(pid: int) -> tuple[int | None, int | None]:
+    """The process group and session of `pid` (None, None once it is gone)."""
+    try:
+        return os.getpgid(pid), os.getsid(pid)
+    except ProcessLookupError:
+        return None, None
 
 
 def test_openssh_faults(setup: tuple[WorkerPlane, list[WorkerInfo]], key: ClientKey) -> None:
