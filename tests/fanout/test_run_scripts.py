@@ -43,7 +43,7 @@ def _make_run(
     home: Path, run_id: str, *, latest: bool = True, earlier: bool = False, **files: str | bytes
 ) -> Callable[[str], Path]:
     """A run's files, `runs/<id>.<name>` (`runs/<id>/<name>` for a run of an `earlier`
-    version); returns the path of its file of a name."""
+    version); returns the function from a file name to its path."""
     runs = home / ".tpuctl" / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     prefix = f"{run_id}/" if earlier else f"{run_id}."
