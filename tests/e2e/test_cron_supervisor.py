@@ -26,9 +26,10 @@ RECORDER = """#!/bin/sh
 # Stands in for tpuctl: one JSON line per call (the environment as this shell got it), then
 # "in progress".
 python3 - "$HOME" "${{SUPERVISE_MARK:-}}" "$PATH" "$@" <<'PY' >>"{record}"
-import json, sys
+import json, os, sys
 home, mark, path, *argv = sys.argv[1:]
-print(json.dumps({{"argv": argv, "home": home, "mark": mark, "path": path}}))
+preload = os.environ.get("LD_PRELOAD", "")
+print(json.dumps({{"argv": argv, "home": home, "mark": mark, "path": path, "preload": preload}}))
 PY
 echo "step output from the recorder"
 exit 12
@@ -102,6 +103,7 @@ def test_cron_runs_the_rendered_line_every_15_seconds(tmp_path: Path) -> None:
         # cron's own HOME is root's and its PATH /usr/bin:/bin: the line carries this one's.
         assert step["home"] == str(home)
         assert step["path"] == os.environ["PATH"]
+        assert step["preload"] == ""  # the daemon's shifted clock (cron.py) is not the job's
     assert log.read_text(encoding="utf-8").count("step output from the recorder\n") >= 2
 
 

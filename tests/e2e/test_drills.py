@@ -80,8 +80,9 @@ def test_maintenance_without_autocheckpoint_recomputes_since_last_checkpoint(
     last = report["last_checkpoint_before_event"]
     assert isinstance(event, int) and isinstance(last, int)
     # Killed at once: no save at the event; it resumed from the last periodic checkpoint and
-    # recomputes exactly the steps since then, nothing more.
-    assert last % 25 == 0 and 0 <= event - last < 25
+    # recomputes exactly the steps since then, nothing more. That is 25 when the kill came
+    # between a checkpoint step's log line and its save (the trainer logs a step, then saves).
+    assert last % 25 == 0 and 0 <= event - last <= 25
     assert report["autocheckpoint_logged"] is None
     assert report["resumed_from"] == last
     assert report["recomputed_steps"] == event - last == report["allowed_steps"]
