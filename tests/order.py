@@ -115,14 +115,14 @@ def spread_slow_tests(
         # most of one for the last), so the slow tests do not all start waiting at once.
         lead = share / workers if heads[share] else 0.0
         gap = spread * left * mean / max(1.0, len(heads[share]) + lead)
-        runs = [gap * lead] + [gap] * len(heads[share])
-        for index, seconds in enumerate(runs):
-            if index:
-                ordered.append(heads[share][index - 1])
-            if index == 1 or (index == 0 and not heads[share]):
-                ordered += first
+        # A run of the rest before each slow test (the lead before the longest, a gap before
+        # each other); the fast picked tests right after the longest, or first of all. After
+        # the last slow test, the rest as it comes.
+        after_runs = [[item] for item in heads[share]] or [[]]
+        after_runs[0] += first
+        for index, seconds in enumerate([gap * lead] + [gap] * (len(after_runs) - 1)):
             run = list(_run_of(rest, seconds, left, durations))
-            ordered += run
+            ordered += run + after_runs[index]
             left -= len(run)
         ordered += islice(rest, left)
     return ordered + list(rest)
