@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -153,15 +154,30 @@ def test_stop_reaches_what_left_the_run_s_process_group(tmp_path: Path, shell: s
                 os.kill(pid, 9)
 
 
-def test_stop_of_a_run_of_an_earlier_version_signals_its_session(
-    tmp_path: Path, leader: int
-) -> None:
-    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    _make_run(tmp_path, "old", earlier=True, pid=f"{leader} {boot}\n", log="")
-    stopped = _run(remote.stop_script(None, 5.0), tmp_path).decode()
-    assert stopped.startswith("state=stopped run=old")
-    assert (tmp_path / ".tpuctl/runs/old/stopped").exists()
-    wait_for(lambda: not pid_alive(leader), 10, "the run's leader to end")
+def test_stop_of_a_run_of_an_earlier_version_signals_its_session(tmp_path: Path) -> None:
+    # An earlier version's leader led its own session (setsid); a child that made a group of
+    # its own (a job of a job-control shell) is reached through that session only.
+    child_file = tmp_path / "child"
+    leader = subprocess.Popen(
+        ["setsid", BASH, "-c", 'set -m; sleep 60 & echo $! >"$0"; wait', str(child_file)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    child = int(wait_for_bytes(child_file, 10, "the leader's child"))
+    try:
+        assert os.getsid(leader.pid) == leader.pid == os.getsid(child) != os.getpgid(child)
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        _make_run(tmp_path, "old", earlier=True, pid=f"{leader.pid} {boot}\n", log="")
+        # Reaped as it ends (it is this process's child): a zombie would look alive to stop.
+        threading.Thread(target=leader.wait, daemon=True).start()
+        stopped = _run(remote.stop_script(None, 5.0), tmp_path).decode()
+        assert stopped.startswith("state=stopped run=old")
+        assert (tmp_path / ".tpuctl/runs/old/stopped").exists()
+        wait_for(lambda: not pid_alive(child), 10, "the leader's child to end")
+    finally:
+        for pid in (child, leader.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        leader.wait(timeout=10)
 
 
 def test_ps_of_a_run_started_before_the_started_file(tmp_path: Path) -> None:
